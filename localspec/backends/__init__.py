@@ -1,0 +1,14 @@
+"""Model backends. Each is imported lazily so that a missing optional dependency only matters when used."""
+from __future__ import annotations
+
+from localspec.errors import ConfigError
+
+BACKENDS = ("llama.cpp",)
+
+
+def load_backend(name: str, path: str, **options):
+    """Load ``path`` with the backend called ``name``; options are the backend's own load options."""
+    if name == "llama.cpp":
+        from localspec.backends.llama_cpp import LlamaCppBackend
+        return LlamaCppBackend(path, **options)
+    raise ConfigError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")

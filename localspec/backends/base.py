@@ -1,0 +1,117 @@
+"""What every backend provides: one loaded model, its tokenizer and its KV cache.
+
+The backend owns the cache; the engine only asks for it to be extended (prefill, forward) or cut back
+(truncate). ``cached_tokens`` are the tokens whose keys/values are in the cache, position i at index i.
+"""
+from __future__ import annotations
+
+import codecs
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+from localspec.chat_template import render_chat
+from localspec.types import ForwardOut
+
+Progress = Optional[Callable[[int, int], None]]  # (done, total) tokens
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    can_truncate: bool = True
+    hidden_states: bool = False
+    tree_attention: bool = False
+
+
+class Backend:
+    """Base class with the bookkeeping every backend shares. Subclasses implement the ``_``-less abstract
+    methods below and keep ``self._tokens`` equal to what their cache holds."""
+
+    name = "base"
+    capabilities = Capabilities()
+    n_ctx: int
+    vocab_size: int
+    eog_tokens: frozenset[int]
+    bos_token: Optional[int] = None
+    eos_token: Optional[int] = None
+    add_bos: bool = False
+    chat_template: Optional[str] = None
+    model_name: str = ""
+
+    def __init__(self) -> None:
+        self._tokens: list[int] = []
+
+    # -- tokenizer ------------------------------------------------------------------------------------
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
+        """Token ids of ``text``; ``special`` parses control tokens such as <|im_start|> (templates)."""
+        raise NotImplementedError
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes a token stands for in generated text (control tokens render as nothing)."""
+        raise NotImplementedError
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary entry of a token, for display and vocabulary comparison."""
+        return self.token_bytes(token).decode("utf-8", errors="replace")
+
+    def detokenizer(self) -> "StreamDetokenizer":
+        return StreamDetokenizer(self.token_bytes)
+
+    def chat_tokens(self, messages: Sequence[dict], add_generation_prompt: bool = True) -> list[int]:
+        """The conversation rendered with the model's own chat template, as token ids."""
+        bos = self.token_text(self.bos_token) if self.bos_token is not None else ""
+        eos = self.token_text(self.eos_token) if self.eos_token is not None else ""
+        text = render_chat(self.chat_template, messages, add_generation_prompt=add_generation_prompt,
+                           bos_token=bos, eos_token=eos)
+        tokens = self.tokenize(text, special=True)
+        if self.add_bos and self.bos_token is not None and tokens[:1] != [self.bos_token]:
+            tokens.insert(0, self.bos_token)
+        return tokens
+
+    # -- cache ----------------------------------------------------------------------------------------
+    @property
+    def cached_tokens(self) -> tuple[int, ...]:
+        return tuple(self._tokens)
+
+    @property
+    def cached_len(self) -> int:
+        return len(self._tokens)
+
+    def truncate(self, keep: int) -> None:
+        """Keep the first ``keep`` cached positions (absolute; a no-op if ``keep >= cached_len``)."""
+        raise NotImplementedError
+
+    def prefill(self, tokens: Sequence[int], progress: Progress = None) -> None:
+        """Append ``tokens`` to the cache without asking for any logits."""
+        raise NotImplementedError
+
+    def forward(self, tokens: Sequence[int], return_hidden: bool = False) -> ForwardOut:
+        """Append ``tokens`` to the cache and return logits for exactly these positions."""
+        raise NotImplementedError
+
+    # -- resources ------------------------------------------------------------------------------------
+    def memory_bytes(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class StreamDetokenizer:
+    """Turns a stream of token ids into text without ever splitting a UTF-8 character: bytes of an
+    incomplete character are held back until the token that completes it arrives."""
+
+    def __init__(self, token_bytes: Callable[[int], bytes]) -> None:
+        self._token_bytes = token_bytes
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, token: int) -> str:
+        return self._decoder.decode(self._token_bytes(token))
+
+    def flush(self) -> str:
+        return self._decoder.decode(b"", final=True)

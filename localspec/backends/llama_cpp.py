@@ -1,0 +1,244 @@
+"""llama.cpp through llama-cpp-python's low-level C API: one model, one context, one sequence.
+
+Logits are requested only for the tokens of a verify window (never ``logits_all``); rollback is
+``llama_memory_seq_rm``; model, context and batch are owned here and freed in ``close()``.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from collections import deque
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from localspec.backends.base import Backend, Capabilities, Progress
+from localspec.errors import ConfigError, ContextOverflow, ModelError
+from localspec.types import ForwardOut
+
+GGUF_MAGIC = b"GGUF"
+DEFAULT_CTX = 4096
+_LOG_LINES: deque[str] = deque(maxlen=50)  # llama.cpp's recent log, quoted in load errors
+
+
+def check_gguf(path: Path) -> Path:
+    """A clear error for the usual ways a model path is wrong, before llama.cpp sees it."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise ModelError(f"model file not found: {path}; check the path, or give a model alias "
+                         f"(`localspec list` shows them)")
+    if not path.is_file():
+        raise ModelError(f"model path is not a file: {path}; give the .gguf file inside it")
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        raise ModelError(f"{path} is not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r}); "
+                         f"llama.cpp needs a .gguf model — convert it or download the GGUF version")
+    return path
+
+
+@lru_cache(maxsize=1)
+def _lib():
+    """Import llama_cpp once, route its log into our buffer and initialise the backend."""
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise ConfigError("the llama.cpp backend needs llama-cpp-python: pip install 'localspec[llamacpp]' "
+                          f"({exc})") from exc
+
+    @llama_cpp.llama_log_callback
+    def log(level: int, text: bytes, user_data) -> None:
+        line = text.decode("utf-8", errors="replace")
+        _LOG_LINES.append(line.rstrip())
+        if os.environ.get("LOCALSPEC_DEBUG"):
+            print(line, end="", file=__import__("sys").stderr)
+
+    llama_cpp.llama_log_set(log, ctypes.c_void_p(0))
+    llama_cpp.llama_backend_init()
+    _lib.log_callback = log  # keep the callback alive as long as the library
+    return llama_cpp
+
+
+def avoid_amx_buffers(cpu_flags: Optional[str] = None, system_info: Optional[str] = None) -> bool:
+    """True when llama.cpp would put weights in its AMX buffer type, which segfaults on the first decode
+    (ggml_backend_amx_mul_mat, seen on Xeons with AMX). Such weights stay in plain CPU buffers instead."""
+    if cpu_flags is None:
+        try:
+            cpu_flags = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    if system_info is None:
+        system_info = _lib().llama_print_system_info().decode(errors="replace")
+    return "amx_tile" in cpu_flags.split() and "AMX_INT8 = 1" in system_info
+
+
+class LlamaCppBackend(Backend):
+    name = "llama.cpp"
+    capabilities = Capabilities(can_truncate=True, hidden_states=False, tree_attention=False)
+
+    def __init__(self, path, *, n_ctx: Optional[int] = None, n_threads: Optional[int] = None,
+                 n_gpu_layers: int = 0, n_batch: int = 512,
+                 on_load: Optional[Callable[[float], None]] = None) -> None:
+        super().__init__()
+        self.path = check_gguf(path)
+        lib = self._lib = _lib()
+        self._model = self._ctx = self._batch = None
+        mparams = lib.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        if avoid_amx_buffers():
+            mparams.use_extra_bufts = False
+        if on_load is not None:
+            def report(fraction: float, user_data) -> bool:
+                on_load(fraction)
+                return True  # keep loading
+            self._progress = lib.llama_progress_callback(report)
+            mparams.progress_callback = self._progress
+        _LOG_LINES.clear()
+        self._model = lib.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self._model:
+            raise ModelError(f"llama.cpp could not load {self.path}: {_last_error()}; the file may be "
+                             f"truncated or of an architecture this llama.cpp build does not know — "
+                             f"download it again or update llama-cpp-python")
+        self._vocab = lib.llama_model_get_vocab(self._model)
+        self.vocab_size = lib.llama_vocab_n_tokens(self._vocab)
+        train_ctx = lib.llama_model_n_ctx_train(self._model)
+        self.n_ctx = n_ctx or min(train_ctx, DEFAULT_CTX)
+        if self.n_ctx < 16:
+            raise ConfigError(f"--ctx must be at least 16, got {self.n_ctx}")
+        threads = n_threads or os.cpu_count() or 1
+        cparams = lib.llama_context_default_params()
+        cparams.n_ctx = self.n_ctx
+        cparams.n_batch = cparams.n_ubatch = self.n_batch = min(n_batch, self.n_ctx)
+        cparams.n_seq_max = 1
+        cparams.n_threads = cparams.n_threads_batch = threads
+        cparams.no_perf = True
+        self._ctx = lib.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            raise ModelError(f"llama.cpp could not create a context of {self.n_ctx} tokens for {self.path}: "
+                             f"{_last_error()}; try a smaller --ctx")
+        self._mem = lib.llama_get_memory(self._ctx)
+        self._batch = lib.llama_batch_init(self.n_batch, 0, 1)
+        self.n_threads = threads
+        self.bos_token = self._special(lib.llama_vocab_bos(self._vocab))
+        self.eos_token = self._special(lib.llama_vocab_eos(self._vocab))
+        self.add_bos = bool(lib.llama_vocab_get_add_bos(self._vocab))
+        self.eog_tokens = frozenset(t for t in range(self.vocab_size) if lib.llama_vocab_is_eog(self._vocab, t))
+        template = lib.llama_model_chat_template(self._model, None)
+        self.chat_template = template.decode("utf-8") if template else None
+        self.model_name = self.metadata("general.name") or self.path.name
+        self._piece = ctypes.create_string_buffer(256)
+        self._pieces: dict[tuple[int, bool], bytes] = {}
+
+    @staticmethod
+    def _special(token: int) -> Optional[int]:
+        return token if token >= 0 else None
+
+    def metadata(self, key: str) -> Optional[str]:
+        buf = ctypes.create_string_buffer(4096)
+        n = self._lib.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+
+    # -- tokenizer ------------------------------------------------------------------------------------
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
+        data = text.encode("utf-8")
+        size = len(data) + 8
+        while True:
+            buf = (self._lib.llama_token * size)()
+            n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, size, False, special)
+            if n >= 0:
+                return list(buf[:n])
+            size = -n
+
+    def _piece_bytes(self, token: int, special: bool) -> bytes:
+        key = (token, special)
+        piece = self._pieces.get(key)
+        if piece is None:
+            buf = self._piece
+            n = self._lib.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = self._lib.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+            piece = self._pieces[key] = buf.raw[:n]
+        return piece
+
+    def token_bytes(self, token: int) -> bytes:
+        return self._piece_bytes(token, False)
+
+    def token_text(self, token: int) -> str:
+        return self._piece_bytes(token, True).decode("utf-8", errors="replace")
+
+    # -- cache ----------------------------------------------------------------------------------------
+    def truncate(self, keep: int) -> None:
+        keep = max(0, keep)
+        # Always ask llama.cpp, even if our list is short already: a Ctrl-C that lands between a decode and
+        # the bookkeeping after it must not leave stray cells in the cache.
+        self._lib.llama_memory_seq_rm(self._mem, 0, keep, -1)
+        del self._tokens[keep:]
+
+    def prefill(self, tokens: Sequence[int], progress: Progress = None) -> None:
+        done = 0
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start:start + self.n_batch]
+            self._decode(chunk, logits=False)
+            done += len(chunk)
+            if progress is not None:
+                progress(done, len(tokens))
+
+    def forward(self, tokens: Sequence[int], return_hidden: bool = False) -> ForwardOut:
+        if return_hidden:
+            raise ConfigError("the llama.cpp backend does not return hidden states")
+        rows = []
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start:start + self.n_batch]
+            self._decode(chunk, logits=True)
+            ptr = self._lib.llama_get_logits(self._ctx)
+            rows.append(np.ctypeslib.as_array(ptr, shape=(len(chunk), self.vocab_size)).copy())
+        return ForwardOut(rows[0] if len(rows) == 1 else np.concatenate(rows))
+
+    def _decode(self, tokens: Sequence[int], logits: bool) -> None:
+        start = len(self._tokens)
+        if start + len(tokens) > self.n_ctx:
+            raise ContextOverflow(f"the context is full ({self.n_ctx} tokens); start a new chat or raise --ctx")
+        batch = self._batch
+        batch.n_tokens = len(tokens)
+        for i, token in enumerate(tokens):
+            batch.token[i] = token
+            batch.pos[i] = start + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = logits
+        ret = self._lib.llama_decode(self._ctx, batch)
+        if ret != 0:
+            self._lib.llama_memory_seq_rm(self._mem, 0, start, -1)
+            if ret == 1:
+                raise ContextOverflow(f"llama.cpp found no room in its KV cache ({self.n_ctx} tokens); "
+                                      f"start a new chat or raise --ctx")
+            raise ModelError(f"llama_decode failed with code {ret}: {_last_error()}")
+        self._tokens.extend(int(t) for t in tokens)
+
+    # -- resources ------------------------------------------------------------------------------------
+    def memory_bytes(self) -> int:
+        return int(self._lib.llama_model_size(self._model)) if self._model else 0
+
+    def close(self) -> None:
+        lib = self._lib
+        if self._batch is not None:
+            lib.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            lib.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            lib.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:
+        if getattr(self, "_lib", None) is not None:
+            self.close()
+
+
+def _last_error() -> str:
+    errors = [line for line in _LOG_LINES if line and ("error" in line.lower() or "failed" in line.lower())]
+    return (errors[-1] if errors else "no details in llama.cpp's log").strip()

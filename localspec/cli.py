@@ -1,0 +1,74 @@
+"""`localspec run | chat`: the command line. Every user-facing error is one line and a non-zero exit."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from localspec import __version__
+from localspec.drafters import DRAFTERS, make_drafter
+from localspec.errors import LocalspecError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not usage + error
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="localspec", description="Local chat with speculative decoding: faster answers, "
+                                                   "exactly the model's own output.")
+    parser.add_argument("--version", action="version", version=f"localspec {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    common = _Parser(add_help=False)
+    g = common.add_argument_group("model")
+    g.add_argument("--model", "-m", help="a model name from models.toml or a path to a .gguf file "
+                                         "(default: the registry's default, SmolLM2-135M)")
+    g.add_argument("--ctx", type=int, help="context length in tokens (default: the model's, at most 4096)")
+    g.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    g.add_argument("--gpu-layers", type=int, default=0,
+                   help="layers to offload with a CUDA/Metal/Vulkan build of llama.cpp (-1: all)")
+    g = common.add_argument_group("speculation")
+    g.add_argument("--drafter", "-d", default="ngram", help=f"one of: {', '.join(DRAFTERS)} (default: ngram)")
+    g.add_argument("--draft-tokens", "-k", type=int, default=8, help="tokens drafted per step (default: 8)")
+    g.add_argument("--ngram-min", type=int, default=2, help="shortest n-gram the ngram drafter matches")
+    g.add_argument("--ngram-max", type=int, default=4, help="longest n-gram the ngram drafter matches")
+    g = common.add_argument_group("sampling (llama.cpp's defaults; --temperature 0 is greedy)")
+    g.add_argument("--temperature", "-t", type=float, default=0.8)
+    g.add_argument("--top-k", type=int, default=40, help="0 turns it off")
+    g.add_argument("--top-p", type=float, default=0.95, help="1 turns it off")
+    g.add_argument("--min-p", type=float, default=0.05, help="0 turns it off")
+    g.add_argument("--seed", type=int, help="make sampling reproducible")
+    g.add_argument("--max-tokens", "-n", type=int, default=512, help="most tokens in one answer")
+    g.add_argument("--stop", action="append", default=[], help="stop when the answer contains this text "
+                                                               "(repeatable); end-of-turn tokens always stop")
+    g.add_argument("--system", help="system prompt")
+
+    run = sub.add_parser("run", parents=[common], help="answer one prompt and print the turn's stats")
+    run.add_argument("prompt", help="the user message ('-' reads it from stdin)")
+    run.add_argument("--json", action="store_true", help="print the answer and its stats as one JSON object")
+
+    chat = sub.add_parser("chat", parents=[common], help="multi-turn chat")
+    chat.add_argument("--plain", action="store_true", help="line-based chat (also used when not on a terminal)")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            from localspec.commands import run_command
+            return run_command(args)
+        from localspec.commands import chat_command
+        return chat_command(args)
+    except LocalspecError as exc:
+        print(f"localspec: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

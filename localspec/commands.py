@@ -1,0 +1,84 @@
+"""What `localspec run` and `localspec chat --plain` do with a Session: text in, streamed text out."""
+from __future__ import annotations
+
+import json
+import sys
+
+from localspec.chat import Conversation
+from localspec.errors import LocalspecError
+from localspec.session import Session
+from localspec.stats import TurnStats
+
+
+def _stream(session: Session, conversation: Conversation, out) -> tuple[str, TurnStats, str]:
+    """Print the answer as it streams; returns (text, stats, finish reason)."""
+    parts, stats, finish = [], None, "interrupted"
+    events = session.answer(conversation)
+    try:
+        for event in events:
+            parts.append(event.text)
+            stats = event.stats
+            if out is not None and event.text:
+                out.write(event.text)
+                out.flush()
+            finish = event.finish_reason or finish
+    except KeyboardInterrupt:
+        events.close()  # the engine rolls its cache back; what was said so far is kept
+    return "".join(parts), stats or TurnStats(), finish
+
+
+def run_command(args) -> int:
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    conversation = Conversation(system=args.system)
+    conversation.add("user", prompt)
+    with Session.from_args(args) as session:
+        text, stats, finish = _stream(session, conversation, None if args.json else sys.stdout)
+        if args.json:
+            print(json.dumps({"model": session.model_name, "drafter": session.drafter.name,
+                              "text": text, "finish_reason": finish, "stats": stats.to_dict()},
+                             ensure_ascii=False))
+        else:
+            print()
+            print(f"[{session.drafter.name}] {stats.summary()}", file=sys.stderr)
+    return 130 if finish == "interrupted" else 0
+
+
+def chat_command(args) -> int:
+    # The Textual app is a later step; until then every chat is the line-based one.
+    return plain_chat(args)
+
+
+def plain_chat(args) -> int:
+    interactive = sys.stdin.isatty()
+    with Session.from_args(args) as session:
+        conversation = Conversation(system=args.system)
+        if interactive:
+            print(f"localspec chat — {session.model_name}, drafter {session.drafter.name}. "
+                  f"Ctrl-C stops an answer, Ctrl-D or /exit quits.", file=sys.stderr)
+        while True:
+            if interactive:
+                print("> ", end="", file=sys.stderr, flush=True)
+            try:
+                line = sys.stdin.readline()
+            except KeyboardInterrupt:
+                break
+            if not line or line.strip() in ("/exit", "/quit"):
+                break
+            if not line.strip():
+                continue
+            conversation.add("user", line.rstrip("\n"))
+            dropped = conversation.dropped
+            try:
+                text, stats, finish = _stream(session, conversation, sys.stdout)
+            except LocalspecError as exc:  # e.g. a message longer than the context: say so, keep chatting
+                conversation.messages.pop()
+                print(f"localspec: error: {exc}", file=sys.stderr)
+                continue
+            conversation.add("assistant", text)
+            if conversation.dropped > dropped:
+                print(f"\n(left the {conversation.dropped} oldest messages out to fit the context)",
+                      file=sys.stderr)
+            note = " (interrupted)" if finish == "interrupted" else ""
+            print()
+            print(f"[{session.drafter.name}] {stats.summary()}{note}", file=sys.stderr, flush=True)
+    return 0

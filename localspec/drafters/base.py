@@ -1,0 +1,41 @@
+"""The drafter interface. A drafter proposes tokens to follow the context; the engine verifies them.
+
+Lifecycle per turn: ``begin(prompt)``, then per step ``propose(context, max_tokens)`` and
+``observe(verdict)``, then ``end()``. ``context`` is always the whole token sequence so far (prompt plus
+emitted tokens); it only grows within a turn.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from localspec.types import EMPTY_DRAFT, Draft, Verdict
+
+
+class Drafter:
+    name = "none"
+    needs_hidden_states = False
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        pass
+
+    def propose(self, context: Sequence[int], max_tokens: int, hidden: Optional[np.ndarray] = None) -> Draft:
+        return EMPTY_DRAFT
+
+    def observe(self, verdict: Verdict) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+    def figures(self) -> dict:
+        """The drafter's own figures for the turn's stats."""
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+class NoDrafter(Drafter):
+    """Plain decoding: proposes nothing, so every step is one ordinary target forward."""

@@ -1,0 +1,54 @@
+"""Prompt lookup (n-gram) drafting: if the last n tokens occurred before in the prompt or the answer so
+far, propose the tokens that followed them then. The longest n in [n_min, n_max] wins; among equal n,
+the most recent occurrence. An index from n-gram to the position after its latest occurrence is kept
+up to date incrementally, so a step costs O(n_max) dictionary look-ups, not a scan of the context.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from localspec.drafters.base import Drafter
+from localspec.errors import ConfigError
+from localspec.types import EMPTY_DRAFT, Draft
+
+
+class NgramDrafter(Drafter):
+    name = "ngram"
+
+    def __init__(self, n_min: int = 2, n_max: int = 4) -> None:
+        if not 1 <= n_min <= n_max:
+            raise ConfigError(f"n-gram sizes need 1 <= n_min <= n_max, got n_min={n_min}, n_max={n_max}")
+        self.n_min, self.n_max = n_min, n_max
+        self._index: dict[tuple[int, ...], int] = {}
+        self._indexed = 0  # context positions whose preceding n-grams are in the index
+        self._matches = 0
+        self._match_len_sum = 0
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self._index.clear()
+        self._indexed = 0
+        self._matches = self._match_len_sum = 0
+
+    def _extend(self, context: Sequence[int]) -> None:
+        for end in range(max(self._indexed, 1), len(context)):
+            for n in range(self.n_min, min(self.n_max, end) + 1):
+                self._index[tuple(context[end - n:end])] = end  # n-gram ending before `end` -> `end`
+        self._indexed = max(self._indexed, len(context))
+
+    def propose(self, context: Sequence[int], max_tokens: int, hidden: Optional[np.ndarray] = None) -> Draft:
+        self._extend(context)
+        if max_tokens <= 0:
+            return EMPTY_DRAFT
+        for n in range(min(self.n_max, len(context) - 1), self.n_min - 1, -1):
+            start = self._index.get(tuple(context[-n:]))
+            if start is not None:
+                self._matches += 1
+                self._match_len_sum += n
+                return Draft.chain(context[start:start + max_tokens])
+        return EMPTY_DRAFT
+
+    def figures(self) -> dict:
+        mean = self._match_len_sum / self._matches if self._matches else 0.0
+        return {"matches": self._matches, "mean_match_len": round(mean, 2)}

@@ -1,0 +1,135 @@
+"""The generate loop: plain decoding and speculative decoding are the same loop; plain decoding simply
+uses a drafter that proposes nothing.
+
+Cache invariant (held after every step, and restored in ``finally`` on Ctrl-C or an error):
+    the target's cache holds ``context[:-1]``; the last token of the context is *pending* — emitted but
+    not yet fed to the model. Each step feeds [pending, *draft] in one forward pass, keeps the pending
+    token and the accepted draft tokens, and cuts the rejected ones with ``truncate``. The next turn
+    reuses whatever prefix of its prompt is still in the cache.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence
+
+import numpy as np
+
+from localspec.backends.base import Backend, Progress
+from localspec.drafters.base import Drafter
+from localspec.errors import ConfigError, ContextOverflow
+from localspec.sampling import SamplingParams
+from localspec.stats import TurnStats
+from localspec.stopping import StopStrings
+from localspec.types import Draft, TokenEvent
+from localspec.verify import verify_chain
+
+
+def check_capabilities(backend: Backend, drafter: Drafter) -> None:
+    caps = backend.capabilities
+    if not caps.can_truncate and drafter.name != "none":
+        raise ConfigError(f"{backend.model_name}: the {backend.name} cache of this model cannot be rolled "
+                          f"back, which speculative decoding needs; use --drafter none")
+    if drafter.needs_hidden_states and not caps.hidden_states:
+        raise ConfigError(f"{backend.model_name}: the {backend.name} backend gives no hidden states, which "
+                          f"the {drafter.name} drafter needs; pick another drafter or backend")
+
+
+def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], sampling: SamplingParams, *,
+                    max_tokens: int = 512, draft_tokens: int = 8, stop: Sequence[str] = (),
+                    rng: Optional[np.random.Generator] = None,
+                    on_prefill: Progress = None) -> Iterator[TokenEvent]:
+    """Generate a continuation of ``prompt``, one event per target forward pass."""
+    if draft_tokens < 1:
+        raise ConfigError(f"--draft-tokens must be at least 1, got {draft_tokens}")
+    if max_tokens < 1:
+        raise ConfigError(f"--max-tokens must be at least 1, got {max_tokens}")
+    if not prompt:
+        raise ConfigError("the prompt is empty")
+    if len(prompt) >= backend.n_ctx:
+        raise ContextOverflow(f"the prompt has {len(prompt)} tokens but the context holds {backend.n_ctx}; "
+                              f"shorten it or raise --ctx")
+    check_capabilities(backend, drafter)
+    rng = rng if rng is not None else np.random.default_rng()
+    stats = TurnStats(prompt_tokens=len(prompt))
+    context = list(prompt)
+    reuse = _common_prefix(backend.cached_tokens, context[:-1])
+    backend.truncate(reuse)
+    detok, stopper = backend.detokenizer(), StopStrings(stop)
+    started = time.perf_counter()
+    try:
+        backend.prefill(context[reuse:-1], progress=on_prefill)
+        stats.prefill_tokens = len(context) - 1 - reuse
+        stats.prefill_s = time.perf_counter() - started
+        drafter.begin(context)
+        started = time.perf_counter()
+        finish = None
+        while finish is None:
+            # Draft no further than the context can hold and than the answer may still grow.
+            k = min(draft_tokens, max_tokens - stats.generated - 1, backend.n_ctx - len(context))
+            t0 = time.perf_counter()
+            draft = drafter.propose(context, k) if k > 0 else Draft()
+            draft = Draft.chain(draft.tokens[:k], None if draft.q is None else draft.q[:k]) if len(draft) > k else draft
+            t1 = time.perf_counter()
+            out = backend.forward([context[-1], *draft.tokens])
+            verdict = verify_chain(draft, out.logits, sampling, rng)
+            backend.truncate(len(context) + verdict.accepted)
+            t2 = time.perf_counter()
+            drafter.observe(verdict)
+            stats.draft_s += t1 - t0
+            stats.verify_s += t2 - t1
+
+            emitted, text = [], ""
+            for token in verdict.tokens:
+                emitted.append(token)
+                context.append(token)
+                if token in backend.eog_tokens:
+                    finish = "stop"
+                    break
+                text += detok.push(token)
+                if stats.generated + len(emitted) >= max_tokens:
+                    finish = "length"
+                    break
+            if finish is None and len(context) > backend.n_ctx:
+                finish = "context"
+            text, hit = stopper.feed(text)
+            if hit:
+                finish = "stop"
+            elif finish is not None:
+                text += stopper.feed(detok.flush())[0] + stopper.flush()
+            stats.record_step(len(draft), min(verdict.accepted, len(emitted)), len(emitted))
+            stats.decode_s = time.perf_counter() - started
+            yield TokenEvent(tuple(emitted), text, min(verdict.accepted, len(emitted)), stats, finish)
+    finally:
+        backend.truncate(len(context) - 1)  # restore the invariant, whatever happened mid-step
+        drafter.end()
+        stats.drafter = drafter.figures()
+        if stats.generated:
+            stats.decode_s = time.perf_counter() - started
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    tokens: tuple[int, ...]
+    finish_reason: str
+    stats: TurnStats
+
+
+def generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], sampling: SamplingParams,
+             **options) -> Completion:
+    """Run ``stream_generate`` to the end and collect its output."""
+    text, tokens, finish, stats = [], [], "length", None
+    for event in stream_generate(backend, drafter, prompt, sampling, **options):
+        text.append(event.text)
+        tokens.extend(event.tokens)
+        finish, stats = event.finish_reason or finish, event.stats
+    return Completion("".join(text), tuple(tokens), finish, stats)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n

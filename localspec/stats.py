@@ -1,0 +1,91 @@
+"""Counters of one turn and the figures derived from them. Plain turns fill the same fields."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class TurnStats:
+    prompt_tokens: int = 0  # the whole prompt, cached prefix included
+    prefill_tokens: int = 0  # what had to be computed (the prompt minus the reused cache)
+    prefill_s: float = 0.0
+    generated: int = 0
+    decode_s: float = 0.0  # wall time of the generate loop, prefill excluded
+    steps: int = 0  # target forward passes while decoding
+    drafted: int = 0
+    accepted: int = 0
+    drafted_at: list[int] = field(default_factory=list)  # drafts that reached position i
+    accepted_at: list[int] = field(default_factory=list)  # drafts whose position i was accepted
+    draft_s: float = 0.0
+    verify_s: float = 0.0  # target forward + verification
+    drafter: dict = field(default_factory=dict)  # the drafter's own figures
+
+    def record_step(self, drafted: int, accepted: int, emitted: int) -> None:
+        self.steps += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        self.generated += emitted
+        while len(self.drafted_at) < drafted:
+            self.drafted_at.append(0)
+            self.accepted_at.append(0)
+        for i in range(drafted):
+            self.drafted_at[i] += 1
+            self.accepted_at[i] += i < accepted
+
+    @property
+    def acceptance_rate(self) -> Optional[float]:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """tau: tokens emitted per target forward, the bonus/residual token included (as vLLM reports)."""
+        return 1.0 + self.accepted / self.steps if self.steps else 0.0
+
+    @property
+    def decode_tps(self) -> float:
+        return self.generated / self.decode_s if self.decode_s > 0 else 0.0
+
+    @property
+    def prefill_tps(self) -> float:
+        return self.prefill_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
+
+    @property
+    def other_s(self) -> float:
+        return max(0.0, self.decode_s - self.draft_s - self.verify_s)
+
+    def acceptance_by_position(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
+
+    def speedup(self, plain_tps: Optional[float]) -> Optional[float]:
+        return self.decode_tps / plain_tps if plain_tps and self.decode_tps else None
+
+    def to_dict(self) -> dict:
+        rate = self.acceptance_rate
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "prefill_tokens": self.prefill_tokens,
+            "prefill_s": round(self.prefill_s, 4),
+            "prefill_tok_s": round(self.prefill_tps, 2),
+            "generated_tokens": self.generated,
+            "decode_s": round(self.decode_s, 4),
+            "decode_tok_s": round(self.decode_tps, 2),
+            "steps": self.steps,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance_rate": None if rate is None else round(rate, 4),
+            "mean_accepted_length": round(self.mean_accepted_length, 3),
+            "acceptance_by_position": [round(r, 3) for r in self.acceptance_by_position()],
+            "draft_s": round(self.draft_s, 4),
+            "verify_s": round(self.verify_s, 4),
+            "other_s": round(self.other_s, 4),
+            "drafter": dict(self.drafter),
+        }
+
+    def summary(self) -> str:
+        rate = self.acceptance_rate
+        accept = "-" if rate is None else f"{rate:.0%}"
+        return (f"{self.generated} tok, {self.decode_tps:.1f} tok/s decode | prefill {self.prefill_tokens} tok "
+                f"{self.prefill_tps:.0f} tok/s | accepted {self.accepted}/{self.drafted} ({accept}), "
+                f"tau {self.mean_accepted_length:.2f} | draft {self.draft_s * 1e3:.0f} ms, "
+                f"verify {self.verify_s * 1e3:.0f} ms, other {self.other_s * 1e3:.0f} ms")

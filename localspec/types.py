@@ -1,0 +1,75 @@
+"""Small immutable records passed between the engine, backends, drafters and the UI."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from localspec.stats import TurnStats
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Tokens a drafter proposes after the current context.
+
+    ``parents[i]`` is the index of token i's parent in this draft (-1: the pending token), so a chain is
+    -1, 0, 1, ... .  ``q`` holds one draft distribution per token (rows over the vocabulary); ``None``
+    means each token was proposed with certainty (a point mass), as n-gram and suffix drafters do.
+    """
+
+    tokens: tuple[int, ...] = ()
+    parents: tuple[int, ...] = ()
+    q: Optional[np.ndarray] = None
+
+    def __post_init__(self) -> None:
+        if len(self.parents) != len(self.tokens):
+            raise ValueError("Draft.parents must have one entry per token")
+        if self.q is not None and self.q.shape[0] != len(self.tokens):
+            raise ValueError("Draft.q must have one row per token")
+
+    @classmethod
+    def chain(cls, tokens, q: Optional[np.ndarray] = None) -> "Draft":
+        tokens = tuple(int(t) for t in tokens)
+        return cls(tokens, tuple(range(-1, len(tokens) - 1)), q)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+EMPTY_DRAFT = Draft()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Outcome of verifying one draft: how many draft tokens were accepted, then one token sampled by the
+    target itself (the residual sample after a rejection, or the bonus token when all were accepted)."""
+
+    drafted: int
+    accepted: int
+    tokens: tuple[int, ...]  # accepted draft tokens followed by the target's own token
+
+    @property
+    def next_token(self) -> int:
+        return self.tokens[-1]
+
+
+@dataclass(frozen=True)
+class ForwardOut:
+    """Logits (float32, one row per token passed to forward) and optional hidden states."""
+
+    logits: np.ndarray
+    hidden: Optional[np.ndarray] = None
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """What one engine step emitted. ``from_draft`` counts the leading tokens that came from accepted
+    drafts; ``finish_reason`` is set on the last event of a turn (stop, length, context, interrupted)."""
+
+    tokens: tuple[int, ...]
+    text: str
+    from_draft: int
+    stats: "TurnStats" = field(repr=False)
+    finish_reason: Optional[str] = None

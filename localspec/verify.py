@@ -1,0 +1,44 @@
+"""Speculative sampling (Leviathan et al. 2023; Chen et al. 2023) in the papers' notation.
+
+p: the target's distribution at a position (after the shared sampler), q: the drafter's. Draft token x is
+accepted with probability min(1, p(x) / q(x)); at the first rejection the target's token is drawn from
+norm(max(0, p - q)); when every draft token is accepted a bonus token is drawn from the last row of p.
+The emitted tokens are then distributed exactly as the target's own samples.
+
+A draft without q (n-gram, suffix) is a point mass: q(x) = 1, so x is accepted with probability p(x) and
+the residual is p with x removed. Greedy decoding is temperature 0 of the same code: p is a point mass on
+the argmax, so a draft token is accepted iff it is the argmax, and the residual is the argmax.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from localspec.sampling import SamplingParams, sample
+from localspec.types import Draft, Verdict
+
+
+def verify_chain(draft: Draft, target_logits: np.ndarray, sampler: SamplingParams,
+                 rng: np.random.Generator) -> Verdict:
+    """``target_logits`` has len(draft) + 1 rows: row i is the target's prediction for draft position i
+    (row 0 follows the pending token), the last row predicts the token after a fully accepted draft."""
+    if target_logits.shape[0] != len(draft) + 1:
+        raise ValueError(f"need {len(draft) + 1} rows of target logits, got {target_logits.shape[0]}")
+    p = sampler.probs(target_logits)
+    accepted: list[int] = []
+    for i, x in enumerate(draft.tokens):
+        q_x = 1.0 if draft.q is None else float(draft.q[i, x])
+        if rng.random() * q_x < p[i, x]:  # u < p(x)/q(x), written without a division
+            accepted.append(x)
+            continue
+        return Verdict(len(draft), i, (*accepted, sample(_residual(p[i], draft, i, x), rng)))
+    return Verdict(len(draft), len(draft), (*accepted, sample(p[-1], rng)))
+
+
+def _residual(p_i: np.ndarray, draft: Draft, i: int, x: int) -> np.ndarray:
+    if draft.q is None:
+        r = p_i.copy()
+        r[x] = 0.0
+    else:
+        r = np.maximum(p_i - draft.q[i], 0.0)
+    # p == q up to rounding cannot reject (min(1, p/q) = 1); this guards the float edge case only.
+    return r if r.sum() > 0 else p_i

@@ -1,0 +1,116 @@
+"""Scripted stand-ins for a model and for drafters, so the engine can be tested without weights."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from localspec.backends.base import Backend
+from localspec.drafters.base import Drafter
+from localspec.types import Draft, ForwardOut, Verdict
+
+
+class ScriptedBackend(Backend):
+    """A 'model' whose next-token logits are a fixed pseudo-random function of the last ``order`` tokens.
+
+    Token i's text is chr(ord('a') + i); token ``eog`` (if set) ends a turn. ``forward_calls`` records
+    the window sizes asked for, to check the engine never asks for more than it verifies.
+    """
+
+    name = "scripted"
+
+    def __init__(self, vocab_size: int = 12, order: int = 2, scale: float = 2.0, n_ctx: int = 4096,
+                 eog: Optional[int] = None, seed: int = 0) -> None:
+        super().__init__()
+        self.vocab_size, self.order, self.scale, self.n_ctx, self.seed = vocab_size, order, scale, n_ctx, seed
+        self.eog_tokens = frozenset() if eog is None else frozenset({eog})
+        self.forward_calls: list[int] = []
+        self.prefilled: list[int] = []
+        self.model_name = "scripted"
+
+    def logits_after(self, context: Sequence[int]) -> np.ndarray:
+        key = (self.seed, *context[-self.order:])
+        return np.random.default_rng(abs(hash(key)) % 2**32).normal(size=self.vocab_size) * self.scale
+
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
+        return [ord(c) - ord("a") for c in text]
+
+    def token_bytes(self, token: int) -> bytes:
+        return b"" if token in self.eog_tokens else chr(ord("a") + token).encode()
+
+    def chat_tokens(self, messages, add_generation_prompt: bool = True) -> list[int]:
+        return [t for m in messages for t in self.tokenize(m["content"])]
+
+    def truncate(self, keep: int) -> None:
+        del self._tokens[max(0, keep):]
+
+    def prefill(self, tokens, progress=None) -> None:
+        self.prefilled.append(len(tokens))
+        self._tokens.extend(tokens)
+
+    def forward(self, tokens, return_hidden: bool = False) -> ForwardOut:
+        self.forward_calls.append(len(tokens))
+        rows = []
+        for t in tokens:
+            self._tokens.append(int(t))
+            rows.append(self.logits_after(self._tokens))
+        return ForwardOut(np.array(rows, dtype=np.float32))
+
+
+class OracleDrafter(Drafter):
+    """Drafts from a known greedy continuation: right for the first ``right`` tokens of every draft, then
+    wrong (``right=None``: always right). Used to show speculation never changes greedy output."""
+
+    name = "oracle"
+
+    def __init__(self, reference: Sequence[int], prompt_len: int, vocab_size: int,
+                 right: Optional[int] = None) -> None:
+        self.reference, self.prompt_len, self.vocab_size, self.right = list(reference), prompt_len, vocab_size, right
+
+    def propose(self, context, max_tokens, hidden=None) -> Draft:
+        done = len(context) - self.prompt_len
+        truth = self.reference[done:done + max_tokens]
+        n_right = len(truth) if self.right is None else min(self.right, len(truth))
+        wrong = [(t + 1) % self.vocab_size for t in truth[n_right:]]
+        return Draft.chain(truth[:n_right] + wrong)
+
+
+class RandomDrafter(Drafter):
+    """Proposes uniformly random tokens: a useless drafter."""
+
+    name = "random"
+
+    def __init__(self, vocab_size: int, seed: int = 0) -> None:
+        self.vocab_size, self.rng = vocab_size, np.random.default_rng(seed)
+
+    def propose(self, context, max_tokens, hidden=None) -> Draft:
+        return Draft.chain(self.rng.integers(0, self.vocab_size, size=max_tokens).tolist())
+
+
+class DistributionDrafter(Drafter):
+    """Samples drafts from its own fixed-seed distributions q (a function of the context) and reports q."""
+
+    name = "qdraft"
+
+    def __init__(self, vocab_size: int, k: int, seed: int = 1, temperature: float = 1.5) -> None:
+        self.vocab_size, self.k, self.seed, self.temperature = vocab_size, k, seed, temperature
+        self.rng = np.random.default_rng(seed + 1000)
+        self.verdicts: list[Verdict] = []
+
+    def q_after(self, context) -> np.ndarray:
+        z = np.random.default_rng(abs(hash((self.seed, *context[-2:]))) % 2**32).normal(size=self.vocab_size)
+        e = np.exp(z / self.temperature)
+        return e / e.sum()
+
+    def propose(self, context, max_tokens, hidden=None) -> Draft:
+        ctx, tokens, rows = list(context), [], []
+        for _ in range(min(self.k, max_tokens)):
+            q = self.q_after(ctx)
+            t = int(self.rng.choice(self.vocab_size, p=q))
+            tokens.append(t)
+            rows.append(q)
+            ctx.append(t)
+        return Draft.chain(tokens, np.array(rows) if rows else None)
+
+    def observe(self, verdict: Verdict) -> None:
+        self.verdicts.append(verdict)

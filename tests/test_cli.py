@@ -1,0 +1,102 @@
+"""The command line: bad input is one clear line and a non-zero exit, never a traceback."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from localspec.cli import main
+
+
+def run_cli(*args, stdin=None, env=None):
+    return subprocess.run([sys.executable, "-m", "localspec", *args], capture_output=True, text=True,
+                          input=stdin, timeout=300, env={**os.environ, **(env or {})})
+
+
+def assert_one_line_error(result, *needles):
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_missing_model_file(tmp_path):
+    assert_one_line_error(run_cli("run", "--model", str(tmp_path / "nope.gguf"), "hi"), "not found", "nope.gguf")
+
+
+def test_file_that_is_not_gguf(tmp_path):
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"<html>404 not found</html>")
+    assert_one_line_error(run_cli("run", "--model", str(bad), "hi"), "not a GGUF file", str(bad))
+
+
+def test_truncated_gguf(tmp_path):
+    bad = tmp_path / "cut.gguf"
+    bad.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\x00" * 20)
+    assert_one_line_error(run_cli("run", "--model", str(bad), "hi"), "could not load", str(bad))
+
+
+def test_unknown_alias():
+    assert_one_line_error(run_cli("run", "--model", "llama-99b", "hi"), "unknown model 'llama-99b'",
+                          "smollm2-135m")
+
+
+def test_unknown_drafter():
+    assert_one_line_error(run_cli("run", "--drafter", "magic", "hi"), "unknown drafter 'magic'", "ngram")
+
+
+@pytest.mark.parametrize("k", ["0", "-2"])
+def test_draft_tokens_must_be_positive(k):
+    assert_one_line_error(run_cli("run", "--draft-tokens", k, "hi"), "--draft-tokens")
+
+
+def test_malformed_user_models_toml(tmp_path):
+    user = tmp_path / "models.toml"
+    user.write_text("[models.mine]\nfile = 'x.gguf'\n")
+    assert_one_line_error(run_cli("run", "--model", "mine", "hi", env={"LOCALSPEC_MODELS": str(user)}),
+                          str(user), "[models.mine]", "'file'")
+
+
+def test_version_and_help(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and "localspec" in capsys.readouterr().out
+    result = run_cli("--help")
+    assert result.returncode == 0 and "run" in result.stdout and "chat" in result.stdout
+
+
+@pytest.mark.model
+def test_run_json_prints_answer_and_stats():
+    result = run_cli("run", "--temperature", "0", "-n", "24", "--json", "Count from 1 to 10.")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["model"] == "smollm2-135m" and out["drafter"] == "ngram" and out["text"]
+    stats = out["stats"]
+    assert 0 < stats["generated_tokens"] <= 24 and stats["decode_tok_s"] > 0
+    assert stats["accepted"] <= stats["drafted"]
+    assert stats["mean_accepted_length"] == pytest.approx(1 + stats["accepted"] / stats["steps"], abs=1e-3)
+
+
+@pytest.mark.model
+def test_run_streams_text_then_one_stats_line():
+    result = run_cli("run", "--temperature", "0", "-n", "16", "--drafter", "none", "Say hello.")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip()
+    stats_lines = [line for line in result.stderr.splitlines() if line.startswith("[none]")]
+    assert len(stats_lines) == 1 and "tok/s" in stats_lines[0]
+
+
+@pytest.mark.model
+def test_plain_chat_keeps_the_conversation_across_turns():
+    result = run_cli("chat", "--plain", "--temperature", "0", "-n", "32",
+                     stdin="My name is Ada. Please remember it.\nWhat is my name?\n")
+    assert result.returncode == 0, result.stderr
+    stats = [line for line in result.stderr.splitlines() if line.startswith("[ngram]")]
+    assert len(stats) == 2
+    first, second = (int(re.search(r"prefill (\d+) tok", line).group(1)) for line in stats)
+    # turn 2's prompt holds all of turn 1 (over 40 tokens); only its new tokens need computing
+    assert second < first and second < 25

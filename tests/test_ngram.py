@@ -1,0 +1,54 @@
+"""The n-gram drafter replayed on token sequences against a brute-force reference: no model needed."""
+import numpy as np
+import pytest
+
+from localspec.drafters.ngram import NgramDrafter
+from localspec.errors import ConfigError
+
+
+def brute_force(context, n_min, n_max, k):
+    for n in range(min(n_max, len(context) - 1), n_min - 1, -1):
+        suffix = context[-n:]
+        for start in range(len(context) - n - 1, -1, -1):  # most recent earlier occurrence first
+            if context[start:start + n] == suffix:
+                return context[start + n:start + n + k]
+    return []
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_matches_brute_force_while_the_context_grows(seed):
+    rng = np.random.default_rng(seed)
+    vocab = [3, 5, 20][seed % 3]
+    sequence = rng.integers(0, vocab, size=300).tolist()
+    drafter = NgramDrafter(n_min=1 + seed % 2, n_max=4)
+    drafter.begin(sequence[:5])
+    for end in range(5, len(sequence)):
+        context = sequence[:end]
+        k = 1 + end % 8
+        assert list(drafter.propose(context, k).tokens) == brute_force(context, drafter.n_min, 4, k), end
+
+
+def test_copies_the_continuation_of_a_repeated_phrase():
+    text = [10, 11, 12, 13, 14, 15, 99, 10, 11, 12]
+    drafter = NgramDrafter(2, 3)
+    drafter.begin(text)
+    draft = drafter.propose(text, 3)
+    assert draft.tokens == (13, 14, 15) and draft.parents == (-1, 0, 1) and draft.q is None
+
+
+def test_no_match_proposes_nothing():
+    drafter = NgramDrafter()
+    drafter.begin([1, 2, 3])
+    assert len(drafter.propose([1, 2, 3, 4], 5)) == 0
+
+
+def test_begin_forgets_the_previous_turn():
+    drafter = NgramDrafter(1, 2)
+    drafter.propose([7, 8, 9, 7], 2)
+    drafter.begin([1, 2])
+    assert len(drafter.propose([1, 2, 9], 4)) == 0
+
+
+def test_bad_sizes():
+    with pytest.raises(ConfigError, match="n_min"):
+        NgramDrafter(3, 2)

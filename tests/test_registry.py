@@ -1,0 +1,53 @@
+import pytest
+
+from localspec.errors import ConfigError, ModelError
+from localspec.registry import load_registry, resolve_model
+
+
+def write(tmp_path, text):
+    path = tmp_path / "models.toml"
+    path.write_text(text)
+    return path
+
+
+def test_builtin_registry_has_the_default_model():
+    registry = load_registry(user_file=None)
+    assert registry.default == "smollm2-135m"
+    assert registry.get("qwen2.5-coder-1.5b").gguf_file.endswith(".gguf")
+
+
+def test_user_file_adds_models(tmp_path):
+    path = write(tmp_path, '[models.mine]\nfamily = "x"\n[models.mine.gguf]\nrepo = "me/r"\nfile = "m.gguf"\n')
+    registry = load_registry(user_file=path)
+    assert registry.get("mine").gguf_repo == "me/r" and "smollm2-135m" in registry.models
+
+
+@pytest.mark.parametrize("text, needles", [
+    ("[models.a]\nembedded = 'p/f.gguf'\ncolour = 'red'\n", ["[models.a]", "'colour'"]),
+    ("[models.a]\nembedded = 'p/f.gguf'\ncontext = 'long'\n", ["'context'", "int"]),
+    ("[models.a]\nembedded = 'p/f.gguf'\ncontext = -5\n", ["'context'", "positive"]),
+    ("[models.a]\n[models.a.gguf]\nrepo = 'r'\n", ["[models.a.gguf]", "both"]),
+    ("[models.a]\nfamily = 'x'\n", ["needs a source"]),
+    ("default = 'nothing'\n", ["default", "nothing"]),
+    ("models = [\n", ["not valid TOML"]),
+    ("colour = 1\n", ["top-level key 'colour'"]),
+])
+def test_malformed_files_name_file_table_and_key(tmp_path, text, needles):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as exc:
+        load_registry(user_file=path)
+    assert str(path) in str(exc.value) or "default" in str(exc.value)
+    for needle in needles:
+        assert needle in str(exc.value)
+
+
+def test_paths_pass_through_and_unknown_aliases_are_errors(tmp_path):
+    assert resolve_model(str(tmp_path / "x.gguf"))[1] == tmp_path / "x.gguf"
+    with pytest.raises(ConfigError, match="unknown model"):
+        resolve_model("no-such-model")
+
+
+def test_registered_but_missing_model_says_how_to_get_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    with pytest.raises(ModelError, match="not downloaded"):
+        resolve_model("qwen2.5-coder-0.5b")

@@ -36,7 +36,7 @@ def check_capabilities(backend: Backend, drafter: Drafter) -> None:
 
 
 def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], sampling: SamplingParams, *,
-                    max_tokens: int = 512, draft_tokens: int = 8, stop: Sequence[str] = (),
+                    max_tokens: int = 512, draft_tokens: int = 4, stop: Sequence[str] = (),
                     rng: Optional[np.random.Generator] = None,
                     on_prefill: Progress = None) -> Iterator[TokenEvent]:
     """Generate a continuation of ``prompt``, one event per target forward pass."""

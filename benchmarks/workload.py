@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
 from localspec.chat import Conversation  # noqa: E402
-from localspec.drafters import make_drafter  # noqa: E402
+from localspec.drafters import DrafterOptions, make_drafter  # noqa: E402
 from localspec.engine import stream_generate  # noqa: E402
 from localspec.registry import resolve_model  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
@@ -62,9 +63,8 @@ def timed(tokens_iter):
     return first_at - start, end - first_at, first_n, total
 
 
-def run_ours(backend, drafter_name, prompt, max_tokens, k, out_tokens, drafter_options):
+def run_ours(backend, drafter, prompt, max_tokens, k, out_tokens):
     backend.truncate(0)  # measure a full prefill, as for the peer
-    drafter = make_drafter(drafter_name, **drafter_options)
     stats = {}
 
     def chunks():
@@ -79,7 +79,8 @@ def run_ours(backend, drafter_name, prompt, max_tokens, k, out_tokens, drafter_o
                                             "mean_accepted_length": round(s.mean_accepted_length, 3),
                                             "engine_decode_tok_s": round(s.decode_tps, 2),
                                             "engine_prefill_tok_s": round(s.prefill_tps, 2),
-                                            "draft_s": round(s.draft_s, 3), "verify_s": round(s.verify_s, 3)}
+                                            "draft_s": round(s.draft_s, 3), "verify_s": round(s.verify_s, 3),
+                                            "drafter": s.drafter}
 
 
 def run_peer(llama, prompt, max_tokens, eog, out_tokens):
@@ -107,6 +108,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--cases", help="comma-separated case ids (default: all)")
+    ap.add_argument("--passes", type=int, default=1,
+                    help="run the workload this many times; drafters keep their state (suffix: warm global tree)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
 
@@ -115,7 +118,10 @@ def main() -> None:
     if args.cases:
         cases = [c for c in cases if c["id"] in args.cases.split(",")]
     methods = args.methods.split(",")
-    drafter_options = {"ngram_min": args.ngram_min, "ngram_max": args.ngram_max}
+    # the suffix cache of a benchmark lives in a fresh folder: it starts cold and leaves the user's alone
+    cache_dir = tempfile.mkdtemp(prefix="localspec-bench-suffix-")
+    drafter_options = DrafterOptions(ngram_min=args.ngram_min, ngram_max=args.ngram_max,
+                                     suffix_cache_dir=cache_dir)
     backend = LlamaCppBackend(path, n_ctx=args.ctx, n_threads=args.threads)
     llama = None
     if "peer" in methods:
@@ -125,13 +131,17 @@ def main() -> None:
                       logits_all=True, verbose=False,
                       draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10))
 
+    drafters = {m: make_drafter(m, backend, drafter_options) for m in methods if m != "peer"}
     results = []
-    for i, case in enumerate(cases):
+    for i, (pass_no, case) in enumerate((p, c) for p in range(1, args.passes + 1) for c in cases):
         conv = Conversation()
         conv.messages = case["messages"]
         prompt = conv.prompt_tokens(backend, reserve=case["max_tokens"])
-        order = methods[i % len(methods):] + methods[:i % len(methods)]
-        row = {"id": case["id"], "kind": case["kind"], "prompt_tokens": len(prompt), "methods": {}}
+        # the peer keeps nothing between requests, so one pass of it is enough
+        in_pass = [m for m in methods if m != "peer" or pass_no == 1]
+        order = in_pass[i % len(in_pass):] + in_pass[:i % len(in_pass)]
+        row = {"id": case["id"], "kind": case["kind"], "pass": pass_no, "prompt_tokens": len(prompt),
+               "methods": {}}
         outputs = {}
         for method in order:
             toks: list[int] = []
@@ -139,32 +149,37 @@ def main() -> None:
                 ttft, dec, first_n, total, extra = run_peer(llama, prompt, case["max_tokens"],
                                                             backend.eog_tokens, toks)
             else:
-                ttft, dec, first_n, total, extra = run_ours(backend, method, prompt, case["max_tokens"],
-                                                            args.draft_tokens, toks, drafter_options)
+                ttft, dec, first_n, total, extra = run_ours(backend, drafters[method], prompt, case["max_tokens"],
+                                                            args.draft_tokens, toks)
             outputs[method] = toks
             row["methods"][method] = {"tokens": total, "ttft_s": round(ttft, 4),
                                       "prefill_tok_s": round(len(prompt) / ttft, 1),
                                       "decode_s": round(dec, 4),
                                       "decode_tok_s": round((total - first_n) / dec, 2) if dec > 0 else None,
                                       **extra}
-        for method in methods:
+        for method in in_pass:
             row["methods"][method]["same_as_plain"] = outputs[method] == outputs.get("none", outputs[method])
         base = row["methods"].get("none", {}).get("decode_tok_s")
-        for method in methods:
+        for method in in_pass:
             m = row["methods"][method]
             m["ratio_to_plain"] = round(m["decode_tok_s"] / base, 3) if base and m["decode_tok_s"] else None
         results.append(row)
-        print(json.dumps({"case": case["id"], **{k: (v["decode_tok_s"], v["ratio_to_plain"])
+        print(json.dumps({"case": case["id"], "pass": pass_no, **{k: (v["decode_tok_s"], v["ratio_to_plain"])
                                                    for k, v in row["methods"].items()}}), flush=True)
 
-    by_kind = summarize(results, methods)
+    by_kind = {f"pass {p}": summarize([r for r in results if r["pass"] == p], methods)
+               for p in range(1, args.passes + 1)}
     report = {"model": name, "model_path": str(path), "machine": platform.processor() or platform.machine(),
-              "threads": args.threads, "draft_tokens": args.draft_tokens, "drafter_options": drafter_options, "date": time.strftime("%Y-%m-%d"),
+              "threads": args.threads, "draft_tokens": args.draft_tokens, "passes": args.passes,
+              "drafter_options": {"ngram_min": args.ngram_min, "ngram_max": args.ngram_max},
+              "date": time.strftime("%Y-%m-%d"),
               "timing": "prefill = time to first token; decode = tokens after the first step / time after it",
               "by_kind": by_kind, "cases": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
-    print_table(by_kind, methods)
+    for name, table in by_kind.items():
+        print(name)
+        print_table(table, methods)
     backend.close()
 
 
@@ -176,7 +191,9 @@ def summarize(results, methods):
     for kind, rows in kinds.items():
         out[kind] = {}
         for method in methods:
-            ms = [r["methods"][method] for r in rows]
+            ms = [r["methods"][method] for r in rows if method in r["methods"]]
+            if not ms:
+                continue
             dec_tokens = sum(m["tokens"] for m in ms)
             dec_s = sum(m["decode_s"] for m in ms)
             ratios = [m["ratio_to_plain"] for m in ms if m["ratio_to_plain"]]
@@ -192,6 +209,7 @@ def summarize(results, methods):
 def print_table(by_kind, methods):
     print(f"{'kind':<12}" + "".join(f"{m + ' dec tok/s':>18}{'x plain':>9}{'prefill':>9}" for m in methods))
     for kind, ms in by_kind.items():
+        ms = {m: ms.get(m, {"decode_tok_s": 0, "mean_ratio_to_plain": 0, "prefill_tok_s": 0}) for m in methods}
         print(f"{kind:<12}" + "".join(
             f"{ms[m]['decode_tok_s'] or 0:>18.1f}{ms[m]['mean_ratio_to_plain'] or 0:>9.2f}{ms[m]['prefill_tok_s']:>9.0f}"
             for m in methods))

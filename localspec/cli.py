@@ -34,6 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--draft-tokens", "-k", type=int, default=4, help="tokens drafted per step (default: 4)")
     g.add_argument("--ngram-min", type=int, default=2, help="shortest n-gram the ngram drafter matches")
     g.add_argument("--ngram-max", type=int, default=4, help="longest n-gram the ngram drafter matches")
+    g.add_argument("--suffix-max-depth", type=int, help="suffix drafter: longest context it matches + drafts (64)")
+    g.add_argument("--suffix-min-prob", type=float, help="suffix drafter: stop a draft below this confidence (0.1)")
+    g.add_argument("--suffix-factor", type=float, help="suffix drafter: draft at most factor x match length (1.0)")
+    g.add_argument("--suffix-offset", type=float, help="suffix drafter: ... plus this many tokens (0)")
+    g.add_argument("--suffix-cache-tokens", type=int,
+                   help="suffix drafter: bound of the cache of past answers on disk (200000; 0 turns it off)")
     g = common.add_argument_group("sampling (llama.cpp's defaults; --temperature 0 is greedy)")
     g.add_argument("--temperature", "-t", type=float, default=0.8)
     g.add_argument("--top-k", type=int, default=40, help="0 turns it off")
@@ -49,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("prompt", help="the user message ('-' reads it from stdin)")
     run.add_argument("--json", action="store_true", help="print the answer and its stats as one JSON object")
 
+    sim = sub.add_parser("simulate", parents=[common],
+                         help="replay recorded answers through a drafter against a perfect oracle (no decoding)")
+    sim.add_argument("file", help="JSONL: per line {\"messages\": [...]} ending with the assistant's answer, "
+                                  "or {\"prompt\": ..., \"answer\": ...}")
+
     chat = sub.add_parser("chat", parents=[common], help="multi-turn chat")
     chat.add_argument("--plain", action="store_true", help="line-based chat (also used when not on a terminal)")
     return parser
@@ -57,11 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "run":
-            from localspec.commands import run_command
-            return run_command(args)
-        from localspec.commands import chat_command
-        return chat_command(args)
+        from localspec import commands
+        return {"run": commands.run_command, "chat": commands.chat_command,
+                "simulate": commands.simulate_command}[args.command](args)
     except LocalspecError as exc:
         print(f"localspec: error: {exc}", file=sys.stderr)
         return 1

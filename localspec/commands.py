@@ -82,3 +82,30 @@ def plain_chat(args) -> int:
             print()
             print(f"[{session.drafter.name}] {stats.summary()}{note}", file=sys.stderr, flush=True)
     return 0
+
+
+def simulate_command(args) -> int:
+    """Replays each recorded answer of FILE, in order, through the drafter (which may learn across them)."""
+    from localspec.errors import ConfigError
+    from localspec.simulate import simulate, summary
+
+    with Session.from_args(args) as session:
+        cases = []
+        with open(args.file, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                    messages = record.get("messages") or [{"role": "user", "content": record["prompt"]},
+                                                          {"role": "assistant", "content": record["answer"]}]
+                    if messages[-1]["role"] != "assistant":
+                        raise ValueError("the last message must be the assistant's answer")
+                except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                    raise ConfigError(f"{args.file}, line {number}: {exc}") from exc
+                prompt = session.backend.chat_tokens(messages[:-1])
+                cases.append((prompt, session.backend.tokenize(messages[-1]["content"])))
+        stats = simulate(session.drafter, cases, session.draft_tokens)
+        print(json.dumps({"drafter": session.drafter.name, "draft_tokens": session.draft_tokens,
+                          "cases": len(cases), **summary(stats)}))
+    return 0

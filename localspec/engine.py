@@ -21,7 +21,7 @@ from localspec.errors import ConfigError, ContextOverflow
 from localspec.sampling import SamplingParams
 from localspec.stats import TurnStats
 from localspec.stopping import StopStrings
-from localspec.types import Draft, TokenEvent
+from localspec.types import Draft, TokenEvent, Verdict
 from localspec.verify import verify_chain
 
 
@@ -75,7 +75,6 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
             verdict = verify_chain(draft, out.logits, sampling, rng)
             backend.truncate(len(context) + verdict.accepted)
             t2 = time.perf_counter()
-            drafter.observe(verdict)
             stats.draft_s += t1 - t0
             stats.verify_s += t2 - t1
 
@@ -97,9 +96,11 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
                 finish = "stop"
             elif finish is not None:
                 text += stopper.feed(detok.flush())[0] + stopper.flush()
-            stats.record_step(len(draft), min(verdict.accepted, len(emitted)), len(emitted))
+            from_draft = min(verdict.accepted, len(emitted))
+            drafter.observe(Verdict(len(draft), from_draft, tuple(emitted)))  # what was really emitted
+            stats.record_step(len(draft), from_draft, len(emitted))
             stats.decode_s = time.perf_counter() - started
-            yield TokenEvent(tuple(emitted), text, min(verdict.accepted, len(emitted)), stats, finish)
+            yield TokenEvent(tuple(emitted), text, from_draft, stats, finish)
     finally:
         backend.truncate(len(context) - 1)  # restore the invariant, whatever happened mid-step
         drafter.end()

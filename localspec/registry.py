@@ -16,8 +16,10 @@ BUILTIN = resources.files("localspec") / "models.toml"
 USER_FILE = Path("~/.config/localspec/models.toml").expanduser()
 
 _ENTRY_KEYS = {"description": str, "family": str, "context": int, "embedded": str, "drafters": list,
-               "gguf": dict}
+               "gguf": dict, "suffix": dict}
 _GGUF_KEYS = {"repo": str, "file": str}
+_SUFFIX_KEYS = {"max_depth": int, "min_token_prob": float, "max_spec_factor": float, "max_spec_offset": float,
+                "cache_tokens": int}
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class ModelEntry:
     drafters: tuple[str, ...]
     gguf_repo: Optional[str]
     gguf_file: Optional[str]
+    suffix: dict  # SuffixParams overrides for this model
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ def _entry(name: str, table, where: str) -> ModelEntry:
         raise ConfigError(f"{where}, [models.{name}.gguf]: give both 'repo' and 'file'")
     if not (table.get("embedded") or gguf):
         raise ConfigError(f"{here}: needs a source: 'embedded' or a [models.{name}.gguf] table")
+    _check_keys(table.get("suffix", {}), _SUFFIX_KEYS, f"{where}, [models.{name}.suffix]")
     context = table.get("context", 4096)
     if context <= 0:
         raise ConfigError(f"{here}: 'context' must be a positive number of tokens, got {context}")
@@ -93,22 +97,35 @@ def _entry(name: str, table, where: str) -> ModelEntry:
     if not all(isinstance(d, str) for d in drafters):
         raise ConfigError(f"{here}: 'drafters' must be a list of drafter names")
     return ModelEntry(name, table.get("description", ""), table.get("family", name), context,
-                      table.get("embedded"), tuple(drafters), gguf.get("repo"), gguf.get("file"))
+                      table.get("embedded"), tuple(drafters), gguf.get("repo"), gguf.get("file"),
+                      dict(table.get("suffix", {})))
 
 
 def _check_keys(table: dict, allowed: dict, here: str) -> None:
     for key, value in table.items():
         if key not in allowed:
             raise ConfigError(f"{here}: unknown key {key!r} (allowed: {', '.join(allowed)})")
-        if not isinstance(value, allowed[key]) or isinstance(value, bool) != (allowed[key] is bool):
+        kind = (int, float) if allowed[key] is float else allowed[key]  # TOML writes 1.0 as 1 too
+        if not isinstance(value, kind) or isinstance(value, bool) != (allowed[key] is bool):
             raise ConfigError(f"{here}: {key!r} must be a {allowed[key].__name__}, got {value!r}")
+
+
+def is_path(spec: str) -> bool:
+    return spec.endswith(".gguf") or os.sep in spec or Path(spec).exists()
+
+
+def model_entry(spec: Optional[str], registry: Optional[Registry] = None) -> Optional[ModelEntry]:
+    """The registry entry of an alias (None for a path)."""
+    registry = registry or load_registry()
+    spec = spec or registry.default
+    return None if is_path(spec) else registry.get(spec)
 
 
 def resolve_model(spec: Optional[str], registry: Optional[Registry] = None) -> tuple[str, Path]:
     """``spec`` (an alias or a path; None = the default) -> (display name, GGUF path on disk)."""
     registry = registry or load_registry()
     spec = spec or registry.default
-    if spec.endswith(".gguf") or os.sep in spec or Path(spec).exists():
+    if is_path(spec):
         return Path(spec).name, Path(spec).expanduser()
     entry = registry.get(spec)
     if entry.embedded:

@@ -9,10 +9,11 @@ import numpy as np
 from localspec.backends import load_backend
 from localspec.backends.base import Backend, Progress
 from localspec.chat import Conversation
-from localspec.drafters import make_drafter
+from localspec.drafters import DRAFTERS, DrafterOptions, make_drafter
 from localspec.drafters.base import Drafter
 from localspec.engine import stream_generate
-from localspec.registry import resolve_model
+from localspec.errors import ConfigError
+from localspec.registry import ModelEntry, model_entry, resolve_model
 from localspec.sampling import SamplingParams
 from localspec.types import TokenEvent
 
@@ -31,10 +32,19 @@ class Session:
     @classmethod
     def from_args(cls, args, on_load=None) -> "Session":
         sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p)
-        drafter = make_drafter(args.drafter, ngram_min=args.ngram_min, ngram_max=args.ngram_max)
+        if args.drafter not in DRAFTERS:  # before the (slow) model load
+            raise ConfigError(f"unknown drafter {args.drafter!r}; choose one of: {', '.join(DRAFTERS)}")
+        if args.draft_tokens < 1:
+            raise ConfigError(f"--draft-tokens must be at least 1, got {args.draft_tokens}")
+        entry = model_entry(args.model)
         name, path = resolve_model(args.model)
         backend = load_backend("llama.cpp", path, n_ctx=args.ctx, n_threads=args.threads,
                                n_gpu_layers=args.gpu_layers, on_load=on_load)
+        try:
+            drafter = make_drafter(args.drafter, backend, drafter_options(args, entry))
+        except BaseException:
+            backend.close()
+            raise
         return cls(backend, drafter, sampling, name, args.max_tokens, args.draft_tokens, tuple(args.stop),
                    np.random.default_rng(args.seed))
 
@@ -55,3 +65,15 @@ class Session:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+_SUFFIX_ARGS = {"suffix_max_depth": "max_depth", "suffix_min_prob": "min_token_prob",
+                "suffix_factor": "max_spec_factor", "suffix_offset": "max_spec_offset",
+                "suffix_cache_tokens": "cache_tokens"}
+
+
+def drafter_options(args, entry: Optional[ModelEntry]) -> DrafterOptions:
+    """Drafter settings: the command line over the model's models.toml entry over the defaults."""
+    suffix = dict(entry.suffix) if entry else {}
+    suffix.update({key: getattr(args, arg) for arg, key in _SUFFIX_ARGS.items() if getattr(args, arg) is not None})
+    return DrafterOptions(ngram_min=args.ngram_min, ngram_max=args.ngram_max, suffix=suffix)

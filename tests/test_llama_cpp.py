@@ -7,6 +7,7 @@ from localspec.backends.llama_cpp import LlamaCppBackend, avoid_amx_buffers
 from localspec.chat import Conversation
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.ngram import NgramDrafter
+from localspec.drafters.suffix import SuffixDrafter, SuffixParams
 from localspec.engine import generate
 from localspec.registry import resolve_model
 from localspec.sampling import SamplingParams
@@ -68,7 +69,8 @@ def test_speculative_greedy_equals_plain_greedy(backend, text):
     prompt = prompt_tokens(backend, text)
     reference = greedy_run(backend, prompt, NoDrafter())
     assert len(reference) > 5
-    drafters = [("ngram", NgramDrafter(1, 3)), ("random", RandomDrafter(backend.vocab_size, seed=1))]
+    drafters = [("ngram", NgramDrafter(1, 3)), ("random", RandomDrafter(backend.vocab_size, seed=1)),
+                ("suffix", SuffixDrafter(SuffixParams(max_spec_factor=2.0, min_token_prob=0.0), None))]
     drafters += [(f"right-{j}", OracleDrafter(reference, len(prompt), backend.vocab_size, right=j))
                  for j in range(K + 1)]
     for label, drafter in drafters:
@@ -133,3 +135,16 @@ def test_amx_guard_only_when_cpu_and_build_have_amx():
     assert avoid_amx_buffers("fpu amx_tile avx2", "CPU : AMX_INT8 = 1 |") is True
     assert avoid_amx_buffers("fpu avx2 avx512f", "CPU : AMX_INT8 = 1 |") is False
     assert avoid_amx_buffers("fpu amx_tile", "CPU : AVX2 = 1 |") is False
+
+
+def test_suffix_drafter_with_a_warm_global_tree_stays_exact(backend, tmp_path):
+    from localspec.drafters import DrafterOptions, make_drafter
+    drafter = make_drafter("suffix", backend, DrafterOptions(suffix_cache_dir=str(tmp_path)))
+    prompt = prompt_tokens(backend, PROMPTS[7])
+    reference = greedy_run(backend, prompt, NoDrafter())
+    first = greedy_run(backend, prompt, drafter)  # fills the global tree with this answer
+    second = generate(backend, drafter, prompt, GREEDY, max_tokens=N, draft_tokens=K)
+    assert_same_or_near_tie(backend, prompt, reference, first, "suffix, cold")
+    assert_same_or_near_tie(backend, prompt, reference, second.tokens, "suffix, warm")
+    assert second.stats.drafter["wins_global"] > 0 and second.stats.acceptance_rate > 0.5
+    assert drafter.store.path.exists() and drafter.store.path.parent == tmp_path

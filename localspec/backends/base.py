@@ -6,6 +6,7 @@ The backend owns the cache; the engine only asks for it to be extended (prefill,
 from __future__ import annotations
 
 import codecs
+import hashlib
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
@@ -52,6 +53,15 @@ class Backend:
     def token_text(self, token: int) -> str:
         """The vocabulary entry of a token, for display and vocabulary comparison."""
         return self.token_bytes(token).decode("utf-8", errors="replace")
+
+    def tokenizer_key(self) -> str:
+        """A fingerprint of the vocabulary: equal only for models whose tokens are the same."""
+        if getattr(self, "_tokenizer_key", None) is None:
+            h = hashlib.sha256(str(self.vocab_size).encode())
+            for token in range(self.vocab_size):
+                h.update(self.token_text(token).encode("utf-8", errors="replace") + b"\0")
+            self._tokenizer_key = h.hexdigest()
+        return self._tokenizer_key
 
     def detokenizer(self) -> "StreamDetokenizer":
         return StreamDetokenizer(self.token_bytes)

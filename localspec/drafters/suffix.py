@@ -1,0 +1,123 @@
+"""Suffix Decoding (Oliaro et al., 2024): model-free drafts from suffix trees.
+
+Two trees: one over this request (prompt + answer so far), one over earlier assistant answers (this chat
+and earlier chats, persisted per tokenizer). Each step both propose a draft grown greedily by path
+confidence from the longest match of the recent context; the draft with the higher score (sum of
+confidences, the expected number of accepted tokens) wins. The draft length also scales with the match
+length: budget = min(K, max_spec_factor * match_len + max_spec_offset).
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+from localspec.drafters.base import Drafter
+from localspec.drafters.suffix_store import AnswerStore
+from localspec.drafters.suffix_tree import SuffixTree, TreeDraft
+from localspec.errors import ConfigError
+from localspec.types import EMPTY_DRAFT, Draft, Verdict
+
+
+@dataclass(frozen=True)
+class SuffixParams:
+    max_depth: int = 64
+    min_token_prob: float = 0.1
+    max_spec_factor: float = 1.0
+    max_spec_offset: float = 0.0
+    cache_tokens: int = 200_000  # bound of the global cache (0: no global cache)
+
+    def __post_init__(self) -> None:
+        if self.max_depth < 4:
+            raise ConfigError(f"suffix max_depth must be at least 4, got {self.max_depth}")
+        if not 0 <= self.min_token_prob <= 1:
+            raise ConfigError(f"suffix min_token_prob must be in [0, 1], got {self.min_token_prob}")
+        if self.max_spec_factor < 0:
+            raise ConfigError(f"suffix max_spec_factor must be >= 0, got {self.max_spec_factor}")
+        if self.cache_tokens < 0:
+            raise ConfigError(f"suffix cache_tokens must be >= 0, got {self.cache_tokens}")
+
+
+class SuffixDrafter(Drafter):
+    name = "suffix"
+
+    def __init__(self, params: SuffixParams = SuffixParams(), store: Optional[AnswerStore] = None) -> None:
+        self.params = params
+        self.store = store
+        self.global_tree = SuffixTree(params.max_depth)
+        self._rebuild_global()
+        self.local_tree: Optional[SuffixTree] = None
+        self._indexed = 0
+        self._prompt_len = 0
+        self._answer: list[int] = []
+        self._reset_figures()
+
+    def _rebuild_global(self) -> None:
+        self.global_tree.close()
+        self.global_tree = SuffixTree(self.params.max_depth)
+        if self.store is not None:
+            for tokens in self.store.answers.values():
+                self.global_tree.add_sequence(tokens.tolist())
+
+    def _reset_figures(self) -> None:
+        self._steps = self._match_sum = 0
+        self._wins = {"local": 0, "global": 0}
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        if self.local_tree is not None:
+            self.local_tree.close()
+        self.local_tree = SuffixTree(self.params.max_depth)
+        self.local_tree.extend(prompt)
+        self._indexed = self._prompt_len = len(prompt)
+        self._answer = []
+        self._reset_figures()
+
+    def propose(self, context: Sequence[int], max_tokens: int, hidden: Optional[np.ndarray] = None) -> Draft:
+        if self.local_tree is None:
+            self.begin(context)
+        self.local_tree.extend(context[self._indexed:])
+        self._indexed = len(context)
+        if max_tokens <= 0:
+            return EMPTY_DRAFT
+        p = self.params
+        drafts = {"local": self.local_tree.draft(context, max_tokens, p.min_token_prob, p.max_spec_factor,
+                                                 p.max_spec_offset),
+                  "global": self.global_tree.draft(context, max_tokens, p.min_token_prob, p.max_spec_factor,
+                                                   p.max_spec_offset)}
+        winner = max(drafts, key=lambda name: drafts[name].score)  # ties: the local tree
+        best: TreeDraft = drafts[winner]
+        self._steps += 1
+        self._match_sum += best.match_len
+        if best.tokens:
+            self._wins[winner] += 1
+        return Draft.chain(best.tokens)
+
+    def observe(self, verdict: Verdict) -> None:
+        self._answer.extend(verdict.tokens)
+
+    def end(self) -> None:
+        """The answer joins the global tree (and the cache on disk)."""
+        if self.store is None or not self._answer:
+            return
+        if self.store.add(self._answer):
+            self._rebuild_global()  # older answers were evicted
+        else:
+            self.global_tree.add_sequence(self._answer)
+        try:
+            self.store.save()
+        except OSError as exc:  # a full or read-only disk must not end the chat
+            print(f"localspec: could not save the suffix cache: {exc}", file=sys.stderr)
+        self._answer = []
+
+    def figures(self) -> dict:
+        return {"mean_match_len": round(self._match_sum / self._steps, 2) if self._steps else 0.0,
+                "wins_local": self._wins["local"], "wins_global": self._wins["global"],
+                "global_cache_tokens": self.store.n_tokens if self.store else 0,
+                "global_tree_bytes": self.global_tree.memory_bytes()}
+
+    def close(self) -> None:
+        for tree in (self.local_tree, self.global_tree):
+            if tree is not None:
+                tree.close()

@@ -1,0 +1,106 @@
+"""Python face of the compiled suffix trie (``_suffixtree.c``): append tokens, ask for a draft."""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterable, Sequence
+
+import numpy as np
+
+SEP = -1
+_I32P = ctypes.POINTER(ctypes.c_int32)
+_F32P = ctypes.POINTER(ctypes.c_float)
+
+
+@lru_cache(maxsize=1)
+def _lib():
+    spec = importlib.util.find_spec("localspec.drafters._suffixtree")
+    if spec is None or not spec.origin:
+        raise ImportError("localspec's compiled suffix tree is missing: reinstall localspec (pip install -e .)")
+    lib = ctypes.CDLL(spec.origin)
+    lib.st_new.restype = ctypes.c_void_p
+    lib.st_new.argtypes = [ctypes.c_int32]
+    lib.st_free.argtypes = [ctypes.c_void_p]
+    lib.st_append.restype = ctypes.c_int
+    lib.st_append.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+    lib.st_draft.restype = ctypes.c_int32
+    lib.st_draft.argtypes = [ctypes.c_void_p, _I32P, ctypes.c_int32, ctypes.c_int32, ctypes.c_float,
+                             ctypes.c_float, ctypes.c_float, _I32P, _F32P, _I32P]
+    for name in ("st_n_nodes", "st_n_tokens", "st_memory"):
+        getattr(lib, name).restype = ctypes.c_int64
+        getattr(lib, name).argtypes = [ctypes.c_void_p]
+    return lib
+
+
+@dataclass(frozen=True)
+class TreeDraft:
+    tokens: tuple[int, ...]
+    probs: tuple[float, ...]  # path confidence of each token
+    match_len: int
+
+    @property
+    def score(self) -> float:
+        """Expected number of accepted tokens if the confidences were the acceptance probabilities."""
+        return float(sum(self.probs))
+
+
+class SuffixTree:
+    """A depth-limited suffix trie with occurrence counts over token sequences."""
+
+    def __init__(self, max_depth: int = 64) -> None:
+        if max_depth < 2:
+            raise ValueError("max_depth must be at least 2")
+        self.max_depth = max_depth
+        self._lib = _lib()
+        self._tree = self._lib.st_new(max_depth)
+        if not self._tree:
+            raise MemoryError("could not allocate a suffix tree")
+        self._out_tokens = (ctypes.c_int32 * 1024)()
+        self._out_probs = (ctypes.c_float * 1024)()
+        self._match = ctypes.c_int32()
+
+    def extend(self, tokens: Iterable[int]) -> None:
+        """Append tokens to the open sequence."""
+        append, tree = self._lib.st_append, self._tree
+        for token in tokens:
+            if append(tree, int(token)):
+                raise MemoryError("suffix tree: out of memory")
+
+    def close_sequence(self) -> None:
+        """End the open sequence: no match or draft crosses this point."""
+        if self._lib.st_append(self._tree, SEP):
+            raise MemoryError("suffix tree: out of memory")
+
+    def add_sequence(self, tokens: Iterable[int]) -> None:
+        self.extend(tokens)
+        self.close_sequence()
+
+    def draft(self, context: Sequence[int], max_tokens: int, min_prob: float = 0.1, factor: float = 1.0,
+              offset: float = 0.0) -> TreeDraft:
+        tail = np.ascontiguousarray(context[-(self.max_depth - 1):], dtype=np.int32)
+        n = self._lib.st_draft(self._tree, tail.ctypes.data_as(_I32P), len(tail), min(max_tokens, 1024),
+                               min_prob, factor, offset, self._out_tokens, self._out_probs,
+                               ctypes.byref(self._match))
+        return TreeDraft(tuple(self._out_tokens[:n]), tuple(self._out_probs[:n]), self._match.value)
+
+    @property
+    def n_tokens(self) -> int:
+        return self._lib.st_n_tokens(self._tree)
+
+    @property
+    def n_nodes(self) -> int:
+        return self._lib.st_n_nodes(self._tree)
+
+    def memory_bytes(self) -> int:
+        return self._lib.st_memory(self._tree)
+
+    def close(self) -> None:
+        if self._tree:
+            self._lib.st_free(self._tree)
+            self._tree = None
+
+    def __del__(self) -> None:
+        if getattr(self, "_tree", None):
+            self.close()

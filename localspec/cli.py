@@ -35,9 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ngram-min", type=int, default=2, help="shortest n-gram the ngram drafter matches")
     g.add_argument("--ngram-max", type=int, default=4, help="longest n-gram the ngram drafter matches")
     g.add_argument("--suffix-max-depth", type=int, help="suffix drafter: longest context it matches + drafts (64)")
-    g.add_argument("--suffix-min-prob", type=float, help="suffix drafter: stop a draft below this confidence (0.1)")
+    g.add_argument("--suffix-min-prob", type=float, help="suffix drafter: stop a draft below this confidence (0.5)")
     g.add_argument("--suffix-factor", type=float, help="suffix drafter: draft at most factor x match length (1.0)")
-    g.add_argument("--suffix-offset", type=float, help="suffix drafter: ... plus this many tokens (0)")
+    g.add_argument("--suffix-offset", type=float, help="suffix drafter: ... plus this many tokens (-2: matches under 3 tokens draft nothing)")
     g.add_argument("--suffix-cache-tokens", type=int,
                    help="suffix drafter: bound of the cache of past answers on disk (200000; 0 turns it off)")
     g = common.add_argument_group("sampling (llama.cpp's defaults; --temperature 0 is greedy)")
@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="replay recorded answers through a drafter against a perfect oracle (no decoding)")
     sim.add_argument("file", help="JSONL: per line {\"messages\": [...]} ending with the assistant's answer, "
                                   "or {\"prompt\": ..., \"answer\": ...}")
+    sim.add_argument("--cost-curve", help="JSON from benchmarks/verify_cost.py: also predict the speedup on "
+                                          "the machine it was measured on")
 
     chat = sub.add_parser("chat", parents=[common], help="multi-turn chat")
     chat.add_argument("--plain", action="store_true", help="line-based chat (also used when not on a terminal)")

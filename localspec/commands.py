@@ -86,26 +86,44 @@ def plain_chat(args) -> int:
 
 def simulate_command(args) -> int:
     """Replays each recorded answer of FILE, in order, through the drafter (which may learn across them)."""
-    from localspec.errors import ConfigError
-    from localspec.simulate import simulate, summary
+    from localspec.simulate import cost_curve, simulate, summary
 
+    records = read_recorded_chats(args.file)
+    step_cost = None
+    if args.cost_curve:
+        try:
+            step_cost = cost_curve(json.loads(open(args.cost_curve, encoding="utf-8").read())["ms"])
+        except (OSError, ValueError, KeyError) as exc:
+            raise LocalspecError(f"--cost-curve {args.cost_curve}: not a verify-cost JSON ({exc!r})") from exc
     with Session.from_args(args) as session:
-        cases = []
-        with open(args.file, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                    messages = record.get("messages") or [{"role": "user", "content": record["prompt"]},
-                                                          {"role": "assistant", "content": record["answer"]}]
-                    if messages[-1]["role"] != "assistant":
-                        raise ValueError("the last message must be the assistant's answer")
-                except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                    raise ConfigError(f"{args.file}, line {number}: {exc}") from exc
-                prompt = session.backend.chat_tokens(messages[:-1])
-                cases.append((prompt, session.backend.tokenize(messages[-1]["content"])))
-        stats = simulate(session.drafter, cases, session.draft_tokens)
+        cases = [(session.backend.chat_tokens(messages[:-1]), session.backend.tokenize(messages[-1]["content"]))
+                 for messages in records]
+        stats = simulate(session.drafter, cases, session.draft_tokens, step_cost)
         print(json.dumps({"drafter": session.drafter.name, "draft_tokens": session.draft_tokens,
-                          "cases": len(cases), **summary(stats)}))
+                          "cases": len(cases), **summary(stats, step_cost)}))
     return 0
+
+
+def read_recorded_chats(path: str) -> list[list[dict]]:
+    """JSONL lines of {"messages": [..., assistant answer]} or {"prompt": ..., "answer": ...}."""
+    from localspec.errors import ConfigError
+
+    records = []
+    try:
+        lines = open(path, encoding="utf-8").read().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            messages = record.get("messages") or [{"role": "user", "content": record["prompt"]},
+                                                  {"role": "assistant", "content": record["answer"]}]
+            if messages[-1]["role"] != "assistant":
+                raise ValueError("the last message must be the assistant's answer")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ConfigError(f"{path}, line {number}: {exc!r} (want messages ending with the assistant's "
+                              f"answer, or prompt and answer)") from exc
+        records.append(messages)
+    return records

@@ -6,15 +6,18 @@ sequences alone: mean accepted tokens per step (tau) and acceptance rate.
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 from localspec.drafters.base import Drafter
 from localspec.stats import TurnStats
 from localspec.types import EMPTY_DRAFT, Verdict
 
 
-def simulate(drafter: Drafter, cases: Iterable[tuple[Sequence[int], Sequence[int]]], k: int) -> TurnStats:
-    """``cases``: (prompt tokens, answer tokens) pairs, replayed in order (drafters may learn across them)."""
+def simulate(drafter: Drafter, cases: Iterable[tuple[Sequence[int], Sequence[int]]], k: int,
+             step_cost: Optional[Callable[[int], float]] = None) -> TurnStats:
+    """``cases``: (prompt tokens, answer tokens) pairs, replayed in order (drafters may learn across them).
+    With ``step_cost`` (seconds of one target forward over n tokens) the stats' verify time is the time the
+    target would have spent, so ``predicted_speedup`` can compare against plain decoding."""
     total = TurnStats()
     for prompt, answer in cases:
         drafter.begin(list(prompt))
@@ -28,13 +31,35 @@ def simulate(drafter: Drafter, cases: Iterable[tuple[Sequence[int], Sequence[int
             emitted = tuple(answer[done:done + accepted + 1])
             drafter.observe(Verdict(len(tokens), accepted, emitted))
             total.record_step(len(tokens), accepted, len(emitted))
+            if step_cost is not None:
+                total.verify_s += step_cost(len(tokens) + 1)
             context.extend(emitted)
             done += len(emitted)
         drafter.end()
     return total
 
 
-def summary(stats: TurnStats) -> dict:
-    return {"steps": stats.steps, "tokens": stats.generated, "drafted": stats.drafted, "accepted": stats.accepted,
-            "acceptance_rate": round(stats.acceptance_rate or 0.0, 4),
-            "mean_accepted_tokens_per_step": round(stats.mean_accepted_length, 3)}
+def summary(stats: TurnStats, step_cost: Optional[Callable[[int], float]] = None) -> dict:
+    out = {"steps": stats.steps, "tokens": stats.generated, "drafted": stats.drafted, "accepted": stats.accepted,
+           "acceptance_rate": round(stats.acceptance_rate or 0.0, 4),
+           "mean_accepted_tokens_per_step": round(stats.mean_accepted_length, 3)}
+    if step_cost is not None and stats.verify_s > 0:
+        out["predicted_speedup"] = round(stats.generated * step_cost(1) / stats.verify_s, 3)
+    return out
+
+
+def cost_curve(ms_by_k: dict) -> Callable[[int], float]:
+    """A step-cost function from measured forward times {k: ms} (benchmarks/verify_cost.py), linear between
+    the measured points and beyond the last one."""
+    ks = sorted(int(k) for k in ms_by_k)
+    ms = [float(ms_by_k[str(k)] if str(k) in ms_by_k else ms_by_k[k]) for k in ks]
+
+    def cost(n: int) -> float:
+        if n <= ks[0]:
+            return ms[0] / 1e3
+        for (k0, m0), (k1, m1) in zip(zip(ks, ms), zip(ks[1:], ms[1:])):
+            if n <= k1:
+                return (m0 + (m1 - m0) * (n - k0) / (k1 - k0)) / 1e3
+        slope = (ms[-1] - ms[-2]) / (ks[-1] - ks[-2]) if len(ks) > 1 else ms[-1]
+        return (ms[-1] + slope * (n - ks[-1])) / 1e3
+    return cost

@@ -100,3 +100,32 @@ def test_plain_chat_keeps_the_conversation_across_turns():
     first, second = (int(re.search(r"prefill (\d+) tok", line).group(1)) for line in stats)
     # turn 2's prompt holds all of turn 1 (over 40 tokens); only its new tokens need computing
     assert second < first and second < 25
+
+
+@pytest.mark.model
+def test_run_with_suffix_reports_the_drafters_figures(tmp_path):
+    result = run_cli("run", "--temperature", "0", "-n", "24", "--json", "--drafter", "suffix", "Count to 10.",
+                     env={"LOCALSPEC_CACHE": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout)["stats"]["drafter"]
+    assert {"mean_match_len", "wins_local", "wins_global", "global_cache_tokens"} <= set(figures)
+    assert list((tmp_path / "suffix").glob("*.bin"))  # the answer went into the cache on disk
+
+
+@pytest.mark.model
+def test_simulate_replays_recorded_answers(tmp_path):
+    answer = "def add(a, b):\n    return a + b\n"
+    lines = [{"prompt": "Write add.", "answer": answer}, {"messages": [
+        {"role": "user", "content": "Again please."}, {"role": "assistant", "content": answer}]}]
+    data = tmp_path / "rec.jsonl"
+    data.write_text("\n".join(json.dumps(x) for x in lines))
+    result = run_cli("simulate", "--drafter", "suffix", str(data), env={"LOCALSPEC_CACHE": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["cases"] == 2 and out["accepted"] > 0 and out["mean_accepted_tokens_per_step"] > 1
+
+
+def test_simulate_names_the_bad_line(tmp_path):
+    data = tmp_path / "bad.jsonl"
+    data.write_text('{"prompt": "x", "answer": "y"}\n{"prompt": "only a prompt"}\n')
+    assert_one_line_error(run_cli("simulate", str(data)), "bad.jsonl, line 2")

@@ -22,9 +22,10 @@ def occurrences(seqs, s):
 
 
 def reference_draft(seqs, ctx, depth, k, min_prob, factor, offset):
-    """The same rule, by brute force: longest suffix of ctx (< depth) that occurs followed by a token; then
+    """The same rule, by brute force: longest suffix of ctx (<= depth - k) that occurs followed by a token; then
     the most frequent continuation (ties: lower id) while count(s+x)/count(s) keeps the confidence >= min_prob."""
-    m = min(len(ctx), depth - 1)
+    k = min(k, depth - 1)
+    m = min(len(ctx), depth - k)
     while m > 0 and not any(i + m < len(q) for q, i in occurrences(seqs, ctx[len(ctx) - m:])):
         m -= 1
     if m == 0:
@@ -179,7 +180,7 @@ def test_global_tree_drafts_an_earlier_answer(tmp_path):
 def test_simulator_on_fixed_sequences():
     prompt = [1, 2, 3, 4, 5, 6, 7, 8]
     answer = [9, 1, 2, 3, 4, 5, 6, 7, 8, 9]  # copies the prompt
-    stats = simulate(SuffixDrafter(SuffixParams(max_spec_factor=2.0), None), [(prompt, answer)], k=4)
+    stats = simulate(SuffixDrafter(SuffixParams(max_spec_factor=2.0, max_spec_offset=0.0), None), [(prompt, answer)], k=4)
     assert stats.generated == len(answer)
     assert stats.mean_accepted_length > 2.0 and stats.acceptance_rate > 0.8
     plain = simulate(NgramDrafter(5, 6), [(prompt, [20, 21, 22])], k=4)

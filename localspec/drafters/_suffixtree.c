@@ -182,8 +182,8 @@ static int walk(const Tree *t, const int32_t *pattern, int32_t m, int32_t *node,
 }
 
 /*
- * Draft after `ctx`: find the longest suffix of ctx (length <= max_depth - 1) that occurs followed by some
- * token, then grow
+ * Draft after `ctx`: find the longest suffix of ctx (length <= max_depth - max_tokens, so that a full draft
+ * fits in the trie) that occurs followed by some token, then grow
  * greedily by path confidence D(child) = D(parent) * count(child) / count(parent) (ties: lower token
  * id), while D >= min_prob, up to `budget(match) = min(max_tokens, floor(factor * match + offset))`
  * tokens and depth max_depth. A lazy leaf continues in the corpus with unchanged confidence.
@@ -191,7 +191,9 @@ static int walk(const Tree *t, const int32_t *pattern, int32_t m, int32_t *node,
  */
 int32_t st_draft(const Tree *t, const int32_t *ctx, int32_t n_ctx, int32_t max_tokens, float min_prob,
                  float factor, float offset, int32_t *out_tokens, float *out_probs, int32_t *match_len) {
-    int32_t D = t->max_depth, m = n_ctx < D - 1 ? n_ctx : D - 1;
+    int32_t D = t->max_depth;
+    if (max_tokens > D - 1) max_tokens = D - 1;
+    int32_t m = n_ctx < D - max_tokens ? n_ctx : D - max_tokens; /* leave the draft room in the trie */
     int32_t v = 0, d = 0;
     int64_t p = -1;
     for (; m > 0; m--)

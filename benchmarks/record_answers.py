@@ -1,0 +1,44 @@
+"""Record the target's greedy answers to a workload, as JSONL that `localspec simulate` replays.
+
+    python benchmarks/record_answers.py --model PATH.gguf --out benchmarks/results/answers-NAME.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workload import DEFAULT_WORKLOAD, load_cases  # noqa: E402
+
+from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
+from localspec.chat import Conversation  # noqa: E402
+from localspec.drafters.base import NoDrafter  # noqa: E402
+from localspec.engine import generate  # noqa: E402
+from localspec.registry import resolve_model  # noqa: E402
+from localspec.sampling import SamplingParams  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--workload", type=Path, default=DEFAULT_WORKLOAD)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    _, path = resolve_model(args.model)
+    with LlamaCppBackend(path, n_ctx=4096) as backend, args.out.open("w") as out:
+        for case in load_cases(args.workload):
+            conv = Conversation()
+            conv.messages = case["messages"]
+            prompt = conv.prompt_tokens(backend, reserve=case["max_tokens"])
+            done = generate(backend, NoDrafter(), prompt, SamplingParams(temperature=0),
+                            max_tokens=case["max_tokens"])
+            messages = case["messages"] + [{"role": "assistant", "content": done.text}]
+            out.write(json.dumps({"id": case["id"], "kind": case["kind"], "messages": messages}) + "\n")
+            print(case["id"], len(done.tokens), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gpu-layers", type=int, default=0,
                    help="layers to offload with a CUDA/Metal/Vulkan build of llama.cpp (-1: all)")
     g = common.add_argument_group("speculation")
-    g.add_argument("--drafter", "-d", default="ngram", help=f"one of: {', '.join(DRAFTERS)} (default: ngram)")
+    g.add_argument("--drafter", "-d", default="suffix", help=f"one of: {', '.join(DRAFTERS)} (default: suffix)")
     g.add_argument("--draft-tokens", "-k", type=int, default=4, help="tokens drafted per step (default: 4)")
     g.add_argument("--ngram-min", type=int, default=2, help="shortest n-gram the ngram drafter matches")
     g.add_argument("--ngram-max", type=int, default=4, help="longest n-gram the ngram drafter matches")

@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -11,8 +12,9 @@ from localspec.cli import main
 
 
 def run_cli(*args, stdin=None, env=None):
+    env = {"LOCALSPEC_CACHE": tempfile.mkdtemp(prefix="localspec-test-"), **(env or {})}  # keep ~/.cache clean
     return subprocess.run([sys.executable, "-m", "localspec", *args], capture_output=True, text=True,
-                          input=stdin, timeout=300, env={**os.environ, **(env or {})})
+                          input=stdin, timeout=300, env={**os.environ, **env})
 
 
 def assert_one_line_error(result, *needles):
@@ -74,7 +76,7 @@ def test_run_json_prints_answer_and_stats():
     result = run_cli("run", "--temperature", "0", "-n", "24", "--json", "Count from 1 to 10.")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
-    assert out["model"] == "smollm2-135m" and out["drafter"] == "ngram" and out["text"]
+    assert out["model"] == "smollm2-135m" and out["drafter"] == "suffix" and out["text"]
     stats = out["stats"]
     assert 0 < stats["generated_tokens"] <= 24 and stats["decode_tok_s"] > 0
     assert stats["accepted"] <= stats["drafted"]
@@ -95,7 +97,7 @@ def test_plain_chat_keeps_the_conversation_across_turns():
     result = run_cli("chat", "--plain", "--temperature", "0", "-n", "32",
                      stdin="My name is Ada. Please remember it.\nWhat is my name?\n")
     assert result.returncode == 0, result.stderr
-    stats = [line for line in result.stderr.splitlines() if line.startswith("[ngram]")]
+    stats = [line for line in result.stderr.splitlines() if line.startswith("[suffix]")]
     assert len(stats) == 2
     first, second = (int(re.search(r"prefill (\d+) tok", line).group(1)) for line in stats)
     # turn 2's prompt holds all of turn 1 (over 40 tokens); only its new tokens need computing

@@ -196,10 +196,16 @@ int32_t st_draft(const Tree *t, const int32_t *ctx, int32_t n_ctx, int32_t max_t
     int32_t m = n_ctx < D - max_tokens ? n_ctx : D - max_tokens; /* leave the draft room in the trie */
     int32_t v = 0, d = 0;
     int64_t p = -1;
-    for (; m > 0; m--)
-        if (walk(t, ctx + n_ctx - m, m, &v, &d, &p)) break;
+    /* If a suffix of ctx occurs followed by a token, so does every shorter one: binary search the length. */
+    int32_t lo = 0, hi = m;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo + 1) / 2;
+        if (walk(t, ctx + n_ctx - mid, mid, &v, &d, &p)) lo = mid;
+        else hi = mid - 1;
+    }
+    m = lo;
     *match_len = m;
-    if (m == 0) return 0;
+    if (m == 0 || !walk(t, ctx + n_ctx - m, m, &v, &d, &p)) return 0;
     int32_t budget = (int32_t)(factor * (float)m + offset);
     if (budget > max_tokens) budget = max_tokens;
     float conf = 1.0f;

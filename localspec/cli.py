@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     chat = sub.add_parser("chat", parents=[common], help="multi-turn chat")
     chat.add_argument("--plain", action="store_true", help="line-based chat (also used when not on a terminal)")
+    chat.add_argument("--resume", nargs="?", const="latest", metavar="ID",
+                      help="continue a saved chat (default: the most recent one)")
     return parser
 
 

@@ -5,6 +5,7 @@ import json
 import sys
 
 from localspec.chat import Conversation
+from localspec.chat_store import SavedChat, load_chat
 from localspec.errors import LocalspecError
 from localspec.session import Session
 from localspec.stats import TurnStats
@@ -44,14 +45,40 @@ def run_command(args) -> int:
 
 
 def chat_command(args) -> int:
-    # The Textual app is a later step; until then every chat is the line-based one.
-    return plain_chat(args)
+    """The Textual app on a terminal; the line-based chat otherwise (pipes, --plain)."""
+    chat = _chat_to_continue(args)
+    if args.plain or not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return plain_chat(args, chat)
+    from localspec.tui.app import ChatApp
+
+    def open_session(progress):
+        return Session.from_args(args, on_load=lambda fraction: progress(f"loading the model {fraction:.0%}"))
+
+    app = ChatApp(open_session, chat)
+    app.run()
+    if chat_saved(app.chat):
+        print(f"chat saved: localspec chat --resume {app.chat.id}", file=sys.stderr)
+    return 0
 
 
-def plain_chat(args) -> int:
+def _chat_to_continue(args) -> SavedChat:
+    if args.resume:
+        chat = load_chat(None if args.resume == "latest" else args.resume)
+        if args.system:
+            chat.conversation.system = args.system
+        return chat
+    from localspec.registry import load_registry
+    return SavedChat.new(args.model or load_registry().default, args.system)
+
+
+def chat_saved(chat: SavedChat) -> bool:
+    return bool(chat.conversation.messages)
+
+
+def plain_chat(args, chat: SavedChat) -> int:
     interactive = sys.stdin.isatty()
     with Session.from_args(args) as session:
-        conversation = Conversation(system=args.system)
+        conversation = chat.conversation
         if interactive:
             print(f"localspec chat — {session.model_name}, drafter {session.drafter.name}. "
                   f"Ctrl-C stops an answer, Ctrl-D or /exit quits.", file=sys.stderr)
@@ -66,15 +93,17 @@ def plain_chat(args) -> int:
                 break
             if not line.strip():
                 continue
-            conversation.add("user", line.rstrip("\n"))
+            chat.add("user", line.rstrip("\n"))
             dropped = conversation.dropped
             try:
                 text, stats, finish = _stream(session, conversation, sys.stdout)
             except LocalspecError as exc:  # e.g. a message longer than the context: say so, keep chatting
                 conversation.messages.pop()
+                chat.stats.pop()
                 print(f"localspec: error: {exc}", file=sys.stderr)
                 continue
-            conversation.add("assistant", text)
+            chat.add("assistant", text, stats.to_dict())
+            _save_quietly(chat)
             if conversation.dropped > dropped:
                 print(f"\n(left the {conversation.dropped} oldest messages out to fit the context)",
                       file=sys.stderr)
@@ -82,6 +111,13 @@ def plain_chat(args) -> int:
             print()
             print(f"[{session.drafter.name}] {stats.summary()}{note}", file=sys.stderr, flush=True)
     return 0
+
+
+def _save_quietly(chat: SavedChat) -> None:
+    try:
+        chat.save()
+    except OSError as exc:
+        print(f"localspec: could not save the chat: {exc}", file=sys.stderr)
 
 
 def simulate_command(args) -> int:

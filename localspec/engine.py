@@ -78,7 +78,7 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
             stats.draft_s += t1 - t0
             stats.verify_s += t2 - t1
 
-            emitted, text = [], ""
+            emitted, text, draft_chars = [], "", 0
             for token in verdict.tokens:
                 emitted.append(token)
                 context.append(token)
@@ -86,6 +86,8 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
                     finish = "stop"
                     break
                 text += detok.push(token)
+                if len(emitted) <= verdict.accepted:
+                    draft_chars = len(text)
                 if stats.generated + len(emitted) >= max_tokens:
                     finish = "length"
                     break
@@ -100,7 +102,7 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
             drafter.observe(Verdict(len(draft), from_draft, tuple(emitted)))  # what was really emitted
             stats.record_step(len(draft), from_draft, len(emitted))
             stats.decode_s = time.perf_counter() - started
-            yield TokenEvent(tuple(emitted), text, from_draft, stats, finish)
+            yield TokenEvent(tuple(emitted), text, from_draft, stats, finish, min(draft_chars, len(text)))
     finally:
         backend.truncate(len(context) - 1)  # restore the invariant, whatever happened mid-step
         drafter.end()

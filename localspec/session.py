@@ -28,6 +28,7 @@ class Session:
     draft_tokens: int = 4
     stop: tuple[str, ...] = ()
     rng: np.random.Generator = field(default_factory=np.random.default_rng)
+    drafter_options: DrafterOptions = field(default_factory=DrafterOptions)
 
     @classmethod
     def from_args(cls, args, on_load=None) -> "Session":
@@ -40,13 +41,14 @@ class Session:
         name, path = resolve_model(args.model)
         backend = load_backend("llama.cpp", path, n_ctx=args.ctx, n_threads=args.threads,
                                n_gpu_layers=args.gpu_layers, on_load=on_load)
+        options = drafter_options(args, entry)
         try:
-            drafter = make_drafter(args.drafter, backend, drafter_options(args, entry))
+            drafter = make_drafter(args.drafter, backend, options)
         except BaseException:
             backend.close()
             raise
         return cls(backend, drafter, sampling, name, args.max_tokens, args.draft_tokens, tuple(args.stop),
-                   np.random.default_rng(args.seed))
+                   np.random.default_rng(args.seed), options)
 
     def answer(self, conversation: Conversation, on_prefill: Progress = None) -> Iterator[TokenEvent]:
         """Stream the assistant's answer to the conversation's last user message. The caller adds the

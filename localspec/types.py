@@ -66,10 +66,12 @@ class ForwardOut:
 @dataclass(frozen=True)
 class TokenEvent:
     """What one engine step emitted. ``from_draft`` counts the leading tokens that came from accepted
-    drafts; ``finish_reason`` is set on the last event of a turn (stop, length, context, interrupted)."""
+    drafts and ``draft_chars`` the leading characters of ``text`` they make; ``finish_reason`` is set on
+    the last event of a turn (stop, length, context)."""
 
     tokens: tuple[int, ...]
     text: str
     from_draft: int
     stats: "TurnStats" = field(repr=False)
     finish_reason: Optional[str] = None
+    draft_chars: int = 0

@@ -12,7 +12,8 @@ from localspec.cli import main
 
 
 def run_cli(*args, stdin=None, env=None):
-    env = {"LOCALSPEC_CACHE": tempfile.mkdtemp(prefix="localspec-test-"), **(env or {})}  # keep ~/.cache clean
+    scratch = tempfile.mkdtemp(prefix="localspec-test-")  # keep the user's cache and saved chats clean
+    env = {"LOCALSPEC_CACHE": scratch, "LOCALSPEC_DATA": scratch, **(env or {})}
     return subprocess.run([sys.executable, "-m", "localspec", *args], capture_output=True, text=True,
                           input=stdin, timeout=300, env={**os.environ, **env})
 

@@ -200,6 +200,8 @@ class LlamaCppBackend(Backend):
         return ForwardOut(rows[0] if len(rows) == 1 else np.concatenate(rows))
 
     def _decode(self, tokens: Sequence[int], logits: bool) -> None:
+        if not self._ctx:
+            raise ModelError(f"{self.path.name} was closed; load the model again")
         start = len(self._tokens)
         if start + len(tokens) > self.n_ctx:
             raise ContextOverflow(f"the context is full ({self.n_ctx} tokens); start a new chat or raise --ctx")

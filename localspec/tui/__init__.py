@@ -1,0 +1,1 @@
+"""The Textual chat app. Widgets talk to the engine only through messages posted from its worker thread."""

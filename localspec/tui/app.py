@@ -1,0 +1,448 @@
+"""`localspec chat`: a Textual chat with live speculation stats.
+
+The engine runs in one long-lived worker thread: loading, calibration and every turn. It talks to the UI
+only by posting messages; token updates are coalesced to at most one every UPDATE_S, so a fast model
+cannot flood the UI. One thread, not one per turn: llama.cpp's OpenMP thread team belongs to the thread
+that calls it, and a second caller's team fights the first one's spinning threads for the cores
+(measured: decoding from a second thread ran at 0.70x, 0.26x with OMP_WAIT_POLICY=active).
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Optional
+
+from rich.text import Text
+from textual import events
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.widgets import Markdown, Static, TextArea
+
+from localspec.chat_store import SavedChat
+from localspec.drafters import make_drafter
+from localspec.drafters.base import NoDrafter
+from localspec.engine import generate
+from localspec.errors import LocalspecError
+from localspec.sampling import SamplingParams
+from localspec.session import Session
+from localspec.tui.panels import StatsPanel, StatusBar, process_memory_mb
+from localspec.tui.slash import HELP, SlashError, parse_slash
+
+# Every UI update takes the GIL from the engine thread, so updates are rationed (measured with
+# benchmarks/tui_speed.py on SmolLM2-135M: 20 updates/s with live Markdown cost 47% of decode speed).
+UPDATE_S = 0.2  # seconds between UI updates while tokens stream
+CALIBRATION_TOKENS = 32
+
+
+# -- messages from the worker threads -------------------------------------------------------------------
+class Loaded(Message):
+    def __init__(self, session: Session, plain_tps: Optional[float]) -> None:
+        super().__init__()
+        self.session, self.plain_tps = session, plain_tps
+
+
+class Progress(Message):
+    def __init__(self, label: str) -> None:
+        super().__init__()
+        self.label = label
+
+
+class Delta(Message):
+    """New answer text since the last Delta, split into (text, from an accepted draft) pieces."""
+
+    def __init__(self, pieces: list[tuple[str, bool]], stats: dict) -> None:
+        super().__init__()
+        self.pieces, self.stats = pieces, stats
+
+
+class TurnDone(Message):
+    def __init__(self, stats: dict, finish: str, error: Optional[str] = None) -> None:
+        super().__init__()
+        self.stats, self.finish, self.error = stats, finish, error
+
+
+class Failed(Message):
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+# -- widgets --------------------------------------------------------------------------------------------
+class ChatInput(TextArea):
+    """Multi-line input: Enter sends, Ctrl+J inserts a new line, Ctrl+P / Ctrl+N walk the history."""
+
+    class Submitted(Message):
+        def __init__(self, text: str) -> None:
+            super().__init__()
+            self.text = text
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.sent: list[str] = []
+        self._at = 0
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key == "enter":
+            event.prevent_default()
+            event.stop()
+            text = self.text.strip()
+            if text:
+                self.sent.append(text)
+                self._at = len(self.sent)
+                self.text = ""
+                self.post_message(self.Submitted(text))
+            return
+        if event.key == "ctrl+j":
+            event.prevent_default()
+            event.stop()
+            self.insert("\n")
+            return
+        if event.key in ("ctrl+p", "ctrl+n") and self.sent:
+            event.prevent_default()
+            event.stop()
+            self._at = max(0, min(len(self.sent), self._at + (-1 if event.key == "ctrl+p" else 1)))
+            self.text = self.sent[self._at] if self._at < len(self.sent) else ""
+            return
+        await super()._on_key(event)
+
+
+class Turn(Vertical):
+    """One message. While an answer streams it shows as plain text (cheap to redraw); the Markdown view
+    (highlighted code blocks) takes over when the answer is done. The colour view marks the text that
+    came from accepted drafts."""
+
+    def __init__(self, role: str, text: str = "") -> None:
+        super().__init__(classes=f"turn {role}")
+        self.role, self.text = role, text
+        self.pieces: list[tuple[str, bool]] = [(text, False)] if text else []
+        self.markdown = Markdown(text)
+        self.live = Static("", classes="live")
+        self.streaming = False
+        self.colours = False
+
+    def compose(self) -> ComposeResult:
+        yield Static("you" if self.role == "user" else "assistant", classes="who")
+        yield self.markdown
+        yield self.live
+
+    def on_mount(self) -> None:
+        self._show()
+
+    def _show(self) -> None:
+        live = self.streaming or self.colours
+        self.live.display, self.markdown.display = live, not live
+        if live:
+            self.live.update(self.coloured_text() if self.colours else Text(self.text))
+
+    async def append(self, pieces: list[tuple[str, bool]]) -> None:
+        self.streaming = True
+        chunk = "".join(p for p, _ in pieces)
+        self.text += chunk
+        self.pieces.extend(pieces)
+        self._show()
+
+    async def finish(self) -> None:
+        await self.markdown.update(self.text)
+        self.streaming = False
+        self._show()
+
+    def coloured_text(self) -> Text:
+        t = Text()
+        for piece, drafted in self.pieces:
+            t.append(piece, style="bold green" if drafted else "")
+        return t
+
+    def show_colours(self, on: bool) -> None:
+        self.colours = on
+        self._show()
+
+
+# -- the app --------------------------------------------------------------------------------------------
+class ChatApp(App):
+    TITLE = "localspec"
+    ENABLE_COMMAND_PALETTE = False
+    CSS = """
+    Screen { layout: vertical; }
+    #main { height: 1fr; }
+    #conversation { width: 1fr; padding: 0 1; }
+    #stats { width: 34; border-left: solid $primary-darken-2; padding: 0 1; }
+    .turn { height: auto; margin-bottom: 1; }
+    .who { color: $text-muted; text-style: bold; }
+    .user .who { color: $accent; }
+    .turn Markdown { margin: 0; padding: 0; }
+    .note { color: $text-muted; height: auto; margin-bottom: 1; }
+    .error { color: $error; height: auto; margin-bottom: 1; }
+    ChatInput { height: 4; border: tall $primary-darken-2; }
+    StatusBar { height: 1; background: $primary-darken-3; color: $text; }
+    """
+    BINDINGS = [
+        Binding("escape", "stop", "stop answer", show=False),
+        Binding("ctrl+c", "stop", "stop answer", show=False, priority=True),
+        Binding("f2", "toggle_colours", "colour drafted tokens", show=False),
+        Binding("ctrl+q", "quit", "quit", show=False, priority=True),
+    ]
+
+    def __init__(self, open_session: Callable[[Callable[[str], None]], Session], chat: SavedChat, *,
+                 calibrate: bool = True, save_dir: Optional[Path] = None, owns_session: bool = True) -> None:
+        super().__init__()
+        self.owns_session = owns_session
+        self.open_session, self.chat, self.calibrate = open_session, chat, calibrate
+        self.save_dir = save_dir
+        self.session: Optional[Session] = None
+        self.plain_tps: Optional[float] = None
+        self.plain_how = "not measured yet"
+        self.history: list[tuple[float, float]] = []
+        self.current: Optional[Turn] = None
+        self.last_stats: Optional[dict] = None
+        self.colours = False
+        self._stop = threading.Event()
+        self.generating = False
+        self._jobs: queue.Queue = queue.Queue()
+        self._engine = threading.Thread(target=self._engine_loop, name="localspec-engine", daemon=True)
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="main"):
+            yield VerticalScroll(id="conversation")
+            yield StatsPanel(id="stats")
+        yield ChatInput(id="input")
+        yield StatusBar(id="status")
+
+    async def on_mount(self) -> None:
+        conversation = self.query_one("#conversation")
+        for message in self.chat.conversation.messages:  # a resumed chat
+            await conversation.mount(Turn(message["role"], message["content"]))
+        self.query_one(StatsPanel).show(None, None, self.plain_how, self.history)
+        self.query_one(StatusBar).update(" loading the model…")
+        self.query_one(ChatInput).focus()
+        self._engine.start()
+        self._jobs.put(self._load)
+
+    # -- the engine thread: it only posts messages ---------------------------------------------------
+    def _engine_loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            job()
+
+    def _load(self) -> None:
+        try:
+            session = self.open_session(lambda label: self.post_message(Progress(label)))
+            plain = None
+            if self.calibrate:
+                self.post_message(Progress("measuring plain decoding…"))
+                prompt = session.backend.chat_tokens([{"role": "user", "content": "Say hello."}])
+                done = generate(session.backend, NoDrafter(), prompt, SamplingParams(temperature=0),
+                                max_tokens=CALIBRATION_TOKENS)
+                plain = done.stats.decode_tps or None
+            self.post_message(Loaded(session, plain))
+        except LocalspecError as exc:
+            self.post_message(Failed(str(exc)))
+
+    def _answer(self) -> None:
+        session, stats, finish = self.session, {}, "interrupted"
+        pieces: list[tuple[str, bool]] = []
+        last = time.perf_counter()
+        events_ = None
+        try:
+            events_ = session.answer(self.chat.conversation,
+                                     on_prefill=lambda done, total: self.post_message(
+                                         Progress(f"reading the prompt {done}/{total}")))
+            for event in events_:
+                if event.draft_chars:
+                    pieces.append((event.text[:event.draft_chars], True))
+                if event.text[event.draft_chars:]:
+                    pieces.append((event.text[event.draft_chars:], False))
+                stats = event.stats.to_dict()
+                finish = event.finish_reason or finish
+                now = time.perf_counter()
+                if pieces and now - last >= UPDATE_S:
+                    self.post_message(Delta(pieces, stats))
+                    pieces, last = [], now
+                if self._stop.is_set():
+                    break
+        except LocalspecError as exc:
+            self.post_message(TurnDone(stats, "error", str(exc)))
+            return
+        finally:
+            if events_ is not None:
+                events_.close()  # rolls the cache back if we left early
+        if pieces:
+            self.post_message(Delta(pieces, stats))
+        self.post_message(TurnDone(stats, "interrupted" if self._stop.is_set() else finish))
+
+    # -- messages --------------------------------------------------------------------------------------
+    def on_progress(self, message: Progress) -> None:
+        self.query_one(StatusBar).update(f" {message.label}")
+
+    async def on_failed(self, message: Failed) -> None:
+        await self._note(message.error, error=True)
+        self.query_one(StatusBar).update(" no model loaded — fix the problem above and restart (Ctrl+Q quits)")
+
+    async def on_loaded(self, message: Loaded) -> None:
+        self.session, self.plain_tps = message.session, message.plain_tps
+        if message.plain_tps:
+            self.plain_how = f"{CALIBRATION_TOKENS} plain tokens at load"
+        self._refresh_status()
+        if not self.chat.conversation.messages:
+            await self._note("Type a message. /help lists commands; F2 colours tokens from accepted drafts.")
+
+    async def on_chat_input_submitted(self, message: ChatInput.Submitted) -> None:
+        try:
+            slash = parse_slash(message.text)
+        except SlashError as exc:
+            await self._note(str(exc), error=True)
+            return
+        if slash is not None:
+            await self._run_slash(slash)
+            return
+        if self.session is None or self.generating:
+            await self._note("wait for the model to load / the answer to finish (Esc stops it)", error=True)
+            return
+        self.chat.add("user", message.text)
+        self._save()
+        await self.query_one("#conversation").mount(Turn("user", message.text))
+        self.current = Turn("assistant")
+        await self.query_one("#conversation").mount(self.current)
+        self.current.show_colours(self.colours)
+        self._scroll()
+        self._stop.clear()
+        self.generating = True
+        self._jobs.put(self._answer)
+
+    async def on_delta(self, message: Delta) -> None:
+        if self.current is not None:
+            await self.current.append(message.pieces)
+        self.last_stats = message.stats
+        self._show_stats()
+        self._scroll()
+
+    async def on_turn_done(self, message: TurnDone) -> None:
+        self.generating = False
+        turn, self.current = self.current, None
+        if turn is not None:
+            await turn.finish()
+        if message.error:
+            self.chat.conversation.messages.pop()  # the message could not be answered; keep chatting
+            self.chat.stats.pop()
+            await self._note(message.error, error=True)
+        elif turn is not None:
+            stats = message.stats or None
+            self.chat.add("assistant", turn.text, stats)
+            self._save()
+            if stats and stats.get("generated_tokens"):
+                self.last_stats = stats
+                self.history.append((stats["decode_tok_s"], stats.get("acceptance_rate") or 0.0))
+                if self.session and self.session.drafter.name == "none" and stats["generated_tokens"] >= 16:
+                    self.plain_tps, self.plain_how = stats["decode_tok_s"], "your last plain (/drafter none) turn"
+            if message.finish == "interrupted":
+                await self._note("(stopped — the answer so far is kept)")
+            elif message.finish == "context":
+                await self._note("(the context is full: /clear starts a new chat, or restart with a larger --ctx)")
+            if self.chat.conversation.dropped:
+                await self._note(f"({self.chat.conversation.dropped} oldest messages no longer fit the context "
+                                 f"and were left out of the prompt)")
+        self._show_stats()
+        self._refresh_status()
+
+    # -- actions ---------------------------------------------------------------------------------------
+    def action_stop(self) -> None:
+        if self.generating:
+            self._stop.set()
+        else:
+            self.query_one(StatusBar).update(" nothing to stop · Ctrl+Q quits (the chat is saved)")
+
+    def action_toggle_colours(self) -> None:
+        self.colours = not self.colours
+        for turn in self.query(Turn):
+            if turn.role == "assistant":
+                turn.show_colours(self.colours)
+
+    async def _run_slash(self, slash) -> None:
+        session = self.session
+        if slash.name == "help":
+            await self._note(HELP)
+        elif slash.name == "quit":
+            self.exit()
+        elif slash.name == "save":
+            path = Path(slash.arg).expanduser() if slash.arg else None
+            try:
+                await self._note(f"saved to {self.chat.save(path or self._default_path())}")
+            except OSError as exc:
+                await self._note(f"could not save: {exc}", error=True)
+        elif slash.name == "system":
+            self.chat.conversation.system = slash.arg
+            self._save()
+            await self._note(f"system prompt {'set' if slash.arg else 'cleared'}")
+        elif self.generating:
+            await self._note(f"/{slash.name} has to wait until the answer is done (Esc stops it)", error=True)
+        elif slash.name == "clear":
+            self.chat = SavedChat.new(self.chat.model, self.chat.conversation.system)
+            await self.query_one("#conversation").remove_children()
+            await self._note("new chat")
+        elif session is None:
+            await self._note("the model is not loaded yet", error=True)
+        elif slash.name == "drafter":
+            try:
+                drafter = make_drafter(slash.arg, session.backend, session.drafter_options)
+            except LocalspecError as exc:
+                await self._note(str(exc), error=True)
+                return
+            session.drafter.close()
+            session.drafter = drafter
+            await self._note(f"drafter: {slash.arg}")
+        elif slash.name == "k":
+            session.draft_tokens = slash.arg
+            await self._note(f"draft tokens per step: {slash.arg}")
+        elif slash.name == "temp":
+            session.sampling = replace(session.sampling, temperature=slash.arg)
+            await self._note(f"temperature: {slash.arg:g}" + (" (greedy)" if slash.arg == 0 else ""))
+        self._refresh_status()
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def _default_path(self) -> Path:
+        from localspec.chat_store import chats_dir
+        return (self.save_dir or chats_dir()) / f"{self.chat.id}.json"
+
+    def _save(self) -> None:
+        try:
+            self.chat.save(self._default_path())
+        except OSError as exc:
+            self.query_one(StatusBar).update(f" could not save the chat: {exc}")
+
+    async def _note(self, text: str, error: bool = False) -> None:
+        await self.query_one("#conversation").mount(Static(text, classes="error" if error else "note",
+                                                           markup=False))
+        self._scroll()
+
+    def _scroll(self) -> None:
+        self.query_one("#conversation").scroll_end(animate=False)
+
+    def _show_stats(self) -> None:
+        self.query_one(StatsPanel).show(self.last_stats, self.plain_tps, self.plain_how, self.history)
+
+    def _refresh_status(self) -> None:
+        s = self.session
+        if s is None:
+            return
+        self.query_one(StatusBar).show(s.model_name, s.backend.name, s.drafter.name, s.draft_tokens,
+                                       s.backend.cached_len, s.backend.n_ctx, process_memory_mb(),
+                                       f"T={s.sampling.temperature:g}")
+
+    async def action_quit(self) -> None:
+        self._stop.set()
+        self._save()
+        self.exit()
+
+    def on_unmount(self) -> None:
+        self._stop.set()
+        if self.owns_session:
+            self._jobs.put(lambda: self.session.close() if self.session is not None else None)
+        self._jobs.put(None)
+        if self._engine.is_alive():
+            self._engine.join(timeout=5)

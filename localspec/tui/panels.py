@@ -1,0 +1,76 @@
+"""Read-only panels: the live stats of the turn and the status bar. They render what they are given."""
+from __future__ import annotations
+
+from typing import Optional
+
+from rich.text import Text
+from textual.widgets import Static
+
+BLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float], width: int = 16) -> str:
+    values = values[-width:]
+    if not values:
+        return ""
+    top = max(values) or 1.0
+    return "".join(BLOCKS[min(8, int(round(v / top * 8)))] for v in values)
+
+
+def bar(fraction: float, width: int = 10) -> str:
+    filled = int(round(max(0.0, min(1.0, fraction)) * width))
+    return "█" * filled + "·" * (width - filled)
+
+
+class StatsPanel(Static):
+    """This turn's speculation figures, the per-position acceptance and the last turns' trend."""
+
+    def show(self, stats: Optional[dict], plain_tps: Optional[float], plain_how: str,
+             history: list[tuple[float, float]]) -> None:
+        t = Text()
+        t.append("This turn\n", style="bold")
+        if not stats or not stats.get("steps"):
+            t.append(" waiting for a message\n", style="dim")
+        else:
+            rate = stats.get("acceptance_rate")
+            t.append(f" accepted  {'-' if rate is None else f'{rate:.0%}'}"
+                     f" ({stats['accepted']}/{stats['drafted']})\n")
+            t.append(f" tau       {stats['mean_accepted_length']:.2f} tok/step\n")
+            t.append(f" decode    {stats['decode_tok_s']:.1f} tok/s\n")
+            if plain_tps and stats["decode_tok_s"]:
+                t.append(f" speedup   {stats['decode_tok_s'] / plain_tps:.2f}x", style="bold")
+                t.append(f" vs {plain_tps:.1f}\n")
+            else:
+                t.append(" speedup   -\n")
+            t.append(f"  plain: {plain_how}\n", style="dim")
+            t.append(f" draft {stats['draft_s'] * 1e3:.0f} ms · verify {stats['verify_s'] * 1e3:.0f} ms\n")
+            t.append(f" prefill   {stats['prefill_tokens']} tok, {stats['prefill_tok_s']:.0f} tok/s\n")
+            by_pos = stats.get("acceptance_by_position") or []
+            if by_pos:
+                t.append("Per draft position\n", style="bold")
+                for i, r in enumerate(by_pos[:8]):
+                    t.append(f" {i + 1:>2} {bar(r)} {r:4.0%}\n")
+        if history:
+            t.append("Last turns\n", style="bold")
+            t.append(f" tok/s  {sparkline([h[0] for h in history])}\n")
+            t.append(f" accept {sparkline([h[1] for h in history])}\n")
+        self.update(t)
+
+
+class StatusBar(Static):
+    def show(self, model: str, backend: str, drafter: str, k: int, ctx_used: int, ctx_size: int,
+             memory_mb: float, note: str = "") -> None:
+        text = (f" {model} · {backend} · {drafter} K={k} · ctx {ctx_used}/{ctx_size} · mem {memory_mb:.0f} MB")
+        self.update(text + (f" · {note}" if note else ""))
+
+
+def process_memory_mb() -> float:
+    """Resident memory of this process (the model's mapped weights included)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+        import os
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -1,0 +1,190 @@
+"""The Textual chat driven by a pilot, on a scripted model (no weights)."""
+import asyncio
+import json
+import time
+
+import pytest
+
+from fakes import ScriptedBackend
+from localspec.chat_store import SavedChat, load_chat
+from localspec.drafters import DrafterOptions, make_drafter
+from localspec.errors import ModelError
+from localspec.sampling import SamplingParams
+from localspec.session import Session
+from localspec.tui.app import ChatApp, Turn
+from localspec.tui.panels import StatsPanel, StatusBar
+
+
+class SlowBackend(ScriptedBackend):
+    def forward(self, tokens, return_hidden=False):
+        time.sleep(0.01)
+        return super().forward(tokens, return_hidden)
+
+
+def make_app(tmp_path, backend=None, max_tokens=40, chat=None, fail=False, drafter="ngram"):
+    backend = backend or ScriptedBackend()
+
+    def open_session(progress):
+        if fail:
+            raise ModelError("model file not found: /nowhere.gguf; check the path")
+        progress("loading the model 100%")
+        options = DrafterOptions(suffix_cache_dir=str(tmp_path / "suffix"))
+        return Session(backend, make_drafter(drafter, backend, options), SamplingParams(temperature=0),
+                       "scripted-model", max_tokens=max_tokens, draft_tokens=4, drafter_options=options)
+
+    return ChatApp(open_session, chat or SavedChat.new("scripted-model"), calibrate=True, save_dir=tmp_path)
+
+
+async def wait_for(pilot, condition, timeout=10.0):
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start > timeout:
+            raise AssertionError("timed out waiting for the app")
+        await pilot.pause(0.05)
+
+
+def text_of(widget):
+    return str(widget.render())
+
+
+async def send(pilot, app, text):
+    inp = app.query_one("#input")
+    inp.text = text
+    await pilot.press("enter")
+
+
+def test_send_a_message_streams_the_answer_and_updates_stats(tmp_path):
+    async def run():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.session is not None)
+            assert app.plain_tps and app.plain_tps > 0  # calibrated at load
+            await send(pilot, app, "abcabc")
+            await wait_for(pilot, lambda: not app.generating and len(app.chat.conversation.messages) == 2)
+            answer = app.chat.conversation.messages[1]["content"]
+            turns = list(app.query(Turn))
+            assert turns[-1].text == answer and len(answer) == 40
+            panel = text_of(app.query_one(StatsPanel))
+            assert "accepted" in panel and "tok/s" in panel and "speedup" in panel
+            assert "scripted-model" in text_of(app.query_one(StatusBar))
+            saved = json.loads((tmp_path / f"{app.chat.id}.json").read_text())
+            assert saved["messages"][1]["content"] == answer and saved["messages"][1]["stats"]["generated_tokens"] == 40
+    asyncio.run(run())
+
+
+def test_escape_stops_the_answer_and_keeps_what_was_said(tmp_path):
+    async def run():
+        backend = SlowBackend()
+        app = make_app(tmp_path, backend=backend, max_tokens=2000)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.session is not None)
+            await send(pilot, app, "abc")
+            await wait_for(pilot, lambda: app.current is not None and len(app.current.text) > 5)
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: not app.generating)
+            kept = app.chat.conversation.messages[-1]["content"]
+            assert 5 < len(kept) < 2000
+            assert any("stopped" in text_of(w) for w in app.query(".note"))
+            # the cache was rolled back to the context minus the pending token: the next turn works
+            await send(pilot, app, "bca")
+            await wait_for(pilot, lambda: len(app.chat.conversation.messages) == 4 and not app.generating, 30)
+    asyncio.run(run())
+
+
+def test_slash_commands(tmp_path):
+    async def run():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.session is not None)
+            await send(pilot, app, "/drafter suffix")
+            await pilot.pause(0.1)
+            assert app.session.drafter.name == "suffix" and "suffix" in text_of(app.query_one(StatusBar))
+            await send(pilot, app, "/k 6")
+            await send(pilot, app, "/temp 0.5")
+            await pilot.pause(0.1)
+            assert app.session.draft_tokens == 6 and app.session.sampling.temperature == 0.5
+            await send(pilot, app, "/drafter magic")
+            await pilot.pause(0.1)
+            assert any("/drafter needs one of" in text_of(w) for w in app.query(".error"))
+            await send(pilot, app, "abc")
+            await wait_for(pilot, lambda: len(app.chat.conversation.messages) == 2 and not app.generating)
+            await send(pilot, app, f"/save {tmp_path / 'out.md'}")
+            await pilot.pause(0.1)
+            md = (tmp_path / "out.md").read_text()
+            assert "**assistant:**" in md and "tok/s" in md
+            await send(pilot, app, "/clear")
+            await pilot.pause(0.1)
+            assert app.chat.conversation.messages == [] and not list(app.query(Turn))
+    asyncio.run(run())
+
+
+def test_resume_shows_the_saved_chat_and_continues_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALSPEC_DATA", str(tmp_path / "data"))
+    chat = SavedChat.new("scripted-model")
+    chat.add("user", "abc")
+    chat.add("assistant", "hello there", {"generated_tokens": 2})
+    chat.save()
+    resumed = load_chat(chat.id)
+
+    async def run():
+        app = make_app(tmp_path, chat=resumed)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.session is not None)
+            assert [t.text for t in app.query(Turn)] == ["abc", "hello there"]
+            await send(pilot, app, "cab")
+            await wait_for(pilot, lambda: len(app.chat.conversation.messages) == 4 and not app.generating)
+    asyncio.run(run())
+
+
+def test_a_model_error_is_shown_and_the_app_stays_up(tmp_path):
+    async def run():
+        app = make_app(tmp_path, fail=True)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: bool(list(app.query(".error"))))
+            assert "model file not found" in text_of(app.query(".error").first())
+            await send(pilot, app, "/help")
+            await pilot.pause(0.1)
+            assert any("/drafter NAME" in text_of(w) for w in app.query(".note"))
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_layout_fits_small_and_large_terminals(tmp_path, size):
+    async def run():
+        app = make_app(tmp_path)
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: app.session is not None)
+            await send(pilot, app, "abc")
+            await wait_for(pilot, lambda: len(app.chat.conversation.messages) == 2 and not app.generating)
+            for selector in ("#conversation", "#stats", "#input", "#status"):
+                region = app.query_one(selector).region
+                assert region.width > 0 and region.height > 0, selector
+                assert region.right <= size[0] and region.bottom <= size[1], selector
+            assert app.query_one("#conversation").region.width >= size[0] - 36
+            app.save_screenshot(str(tmp_path / f"chat-{size[0]}x{size[1]}.svg"))
+    asyncio.run(run())
+
+
+@pytest.mark.model
+def test_real_smollm2_answers_in_the_app(tmp_path):
+    from localspec.backends.llama_cpp import LlamaCppBackend
+    from localspec.registry import resolve_model
+
+    def open_session(progress):
+        _, path = resolve_model("smollm2-135m")
+        backend = LlamaCppBackend(path, n_ctx=1024, on_load=lambda f: progress(f"loading {f:.0%}"))
+        options = DrafterOptions(suffix_cache_dir=str(tmp_path / "suffix"))
+        return Session(backend, make_drafter("suffix", backend, options), SamplingParams(temperature=0),
+                       "smollm2-135m", max_tokens=32, drafter_options=options)
+
+    async def run():
+        app = ChatApp(open_session, SavedChat.new("smollm2-135m"), save_dir=tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.session is not None, timeout=60)
+            assert app.plain_tps > 0
+            await send(pilot, app, "Count from 1 to 5.")
+            await wait_for(pilot, lambda: len(app.chat.conversation.messages) == 2 and not app.generating, 60)
+            answer = app.chat.conversation.messages[1]
+            assert answer["content"].strip() and app.chat.stats[1]["generated_tokens"] > 0
+            assert "smollm2-135m · llama.cpp · suffix" in text_of(app.query_one(StatusBar))
+    asyncio.run(run())

@@ -35,7 +35,7 @@ from localspec.tui.slash import HELP, SlashError, parse_slash
 
 # Every UI update takes the GIL from the engine thread, so updates are rationed (measured with
 # benchmarks/tui_speed.py on SmolLM2-135M: 20 updates/s with live Markdown cost 47% of decode speed).
-UPDATE_S = 0.2  # seconds between UI updates while tokens stream
+UPDATE_S = 0.25  # seconds between UI updates while tokens stream
 CALIBRATION_TOKENS = 32
 
 

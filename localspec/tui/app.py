@@ -170,7 +170,7 @@ class ChatApp(App):
     Screen { layout: vertical; }
     #main { height: 1fr; }
     #conversation { width: 1fr; padding: 0 1; }
-    #stats { width: 34; border-left: solid $primary-darken-2; padding: 0 1; }
+    #stats { width: 34; height: 1fr; border-left: solid $primary-darken-2; padding: 0 1; }
     .turn { height: auto; margin-bottom: 1; }
     .who { color: $text-muted; text-style: bold; }
     .user .who { color: $accent; }
@@ -350,6 +350,8 @@ class ChatApp(App):
         self._show_stats()
         self._refresh_status()
 
+    memory_mb = staticmethod(process_memory_mb)  # replaceable, e.g. for reproducible screenshots
+
     # -- actions ---------------------------------------------------------------------------------------
     def action_stop(self) -> None:
         if self.generating:
@@ -431,7 +433,7 @@ class ChatApp(App):
         if s is None:
             return
         self.query_one(StatusBar).show(s.model_name, s.backend.name, s.drafter.name, s.draft_tokens,
-                                       s.backend.cached_len, s.backend.n_ctx, process_memory_mb(),
+                                       s.backend.cached_len, s.backend.n_ctx, self.memory_mb(),
                                        f"T={s.sampling.temperature:g}")
 
     async def action_quit(self) -> None:

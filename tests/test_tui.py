@@ -188,3 +188,17 @@ def test_real_smollm2_answers_in_the_app(tmp_path):
             assert answer["content"].strip() and app.chat.stats[1]["generated_tokens"] > 0
             assert "smollm2-135m · llama.cpp · suffix" in text_of(app.query_one(StatusBar))
     asyncio.run(run())
+
+
+def test_quitting_mid_answer_keeps_the_answer_so_far(tmp_path):
+    async def run():
+        app = make_app(tmp_path, backend=SlowBackend(), max_tokens=2000)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.session is not None)
+            await send(pilot, app, "abc")
+            await wait_for(pilot, lambda: app.current is not None and len(app.current.text) > 5)
+            await pilot.press("ctrl+q")
+        saved = json.loads((tmp_path / f"{app.chat.id}.json").read_text())
+        assert [m["role"] for m in saved["messages"]] == ["user", "assistant"]
+        assert len(saved["messages"][1]["content"]) > 5
+    asyncio.run(run())

@@ -438,6 +438,9 @@ class ChatApp(App):
 
     async def action_quit(self) -> None:
         self._stop.set()
+        if self.generating and self.current is not None and self.current.text:
+            self.chat.add("assistant", self.current.text, self.last_stats)  # keep the answer so far
+            self.generating = False
         self._save()
         self.exit()
 

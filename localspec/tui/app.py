@@ -36,6 +36,7 @@ from localspec.tui.slash import HELP, SlashError, parse_slash
 # Every UI update takes the GIL from the engine thread, so updates are rationed (measured with
 # benchmarks/tui_speed.py on SmolLM2-135M: 20 updates/s with live Markdown cost 47% of decode speed).
 UPDATE_S = 0.25  # seconds between UI updates while tokens stream
+STATS_S = 0.5  # seconds between stats panel redraws while tokens stream
 CALIBRATION_TOKENS = 32
 
 
@@ -201,6 +202,7 @@ class ChatApp(App):
         self.last_stats: Optional[dict] = None
         self.colours = False
         self._stop = threading.Event()
+        self._stats_at = 0.0
         self.generating = False
         self._jobs: queue.Queue = queue.Queue()
         self._engine = threading.Thread(target=self._engine_loop, name="localspec-engine", daemon=True)
@@ -319,7 +321,10 @@ class ChatApp(App):
         if self.current is not None:
             await self.current.append(message.pieces)
         self.last_stats = message.stats
-        self._show_stats()
+        now = time.perf_counter()
+        if now - self._stats_at >= STATS_S:  # the panel is costlier to redraw than the text
+            self._stats_at = now
+            self._show_stats()
         self._scroll()
 
     async def on_turn_done(self, message: TurnDone) -> None:

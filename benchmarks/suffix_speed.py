@@ -57,7 +57,6 @@ def main() -> None:
     drafter = SuffixDrafter(SuffixParams(), store)
     build_s = time.perf_counter() - t
 
-    rng = np.random.default_rng(0)
     prompt = probe[:1000]
     drafter.begin(prompt)
     times, lengths, context = [], [], list(prompt)

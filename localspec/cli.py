@@ -6,7 +6,7 @@ import sys
 from typing import Optional, Sequence
 
 from localspec import __version__
-from localspec.drafters import DRAFTERS, make_drafter
+from localspec.drafters import DRAFTERS
 from localspec.errors import LocalspecError
 
 

@@ -4,6 +4,7 @@ resumed chat, no timings."""
 import pytest
 
 from fakes import ScriptedBackend
+from localspec.chat import Conversation
 from localspec.chat_store import SavedChat
 from localspec.drafters import make_drafter
 from localspec.sampling import SamplingParams
@@ -21,7 +22,7 @@ It returns the **sum** of `a` and `b`."""
 
 
 def make_app():
-    chat = SavedChat("snapshot", "scripted-model", __import__("localspec.chat").chat.Conversation())
+    chat = SavedChat("snapshot", "scripted-model", Conversation())
     chat.add("user", "Write add() in Python.")
     chat.add("assistant", ANSWER, {"generated_tokens": 30})
     backend = ScriptedBackend(n_ctx=4096)

@@ -202,3 +202,28 @@ def test_quitting_mid_answer_keeps_the_answer_so_far(tmp_path):
         assert [m["role"] for m in saved["messages"]] == ["user", "assistant"]
         assert len(saved["messages"][1]["content"]) > 5
     asyncio.run(run())
+
+
+class BreakableBackend(ScriptedBackend):
+    broken = False
+
+    def forward(self, tokens, return_hidden=False):
+        if self.broken:
+            raise RuntimeError("boom")
+        return super().forward(tokens, return_hidden)
+
+
+def test_an_unexpected_engine_error_is_reported_and_the_chat_goes_on(tmp_path):
+    async def run():
+        backend = BreakableBackend()
+        app = make_app(tmp_path, backend=backend)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.session is not None)
+            backend.broken = True
+            await send(pilot, app, "abc")
+            await wait_for(pilot, lambda: bool(list(app.query(".error"))) and not app.generating)
+            assert "boom" in text_of(app.query(".error").first()) and app.chat.conversation.messages == []
+            backend.broken = False  # the same chat keeps working
+            await send(pilot, app, "abc")
+            await wait_for(pilot, lambda: len(app.chat.conversation.messages) == 2 and not app.generating)
+    asyncio.run(run())

@@ -230,7 +230,11 @@ class ChatApp(App):
             job = self._jobs.get()
             if job is None:
                 return
-            job()
+            try:
+                job()
+            except Exception as exc:  # a bug must not leave the app waiting forever: report it, keep going
+                error = f"internal error: {exc!r} (please report it)"
+                self.post_message(TurnDone({}, "error", error) if self.generating else Failed(error))
 
     def _load(self) -> None:
         try:

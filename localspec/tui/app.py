@@ -37,6 +37,7 @@ from localspec.tui.slash import HELP, SlashError, parse_slash
 # benchmarks/tui_speed.py on SmolLM2-135M: 20 updates/s with live Markdown cost 47% of decode speed).
 UPDATE_S = 0.25  # seconds between UI updates while tokens stream
 STATS_S = 0.5  # seconds between stats panel redraws while tokens stream
+MARKDOWN_S = 1.0  # seconds between Markdown redraws of a streaming answer
 CALIBRATION_TOKENS = 32
 
 
@@ -113,9 +114,9 @@ class ChatInput(TextArea):
 
 
 class Turn(Vertical):
-    """One message. While an answer streams it shows as plain text (cheap to redraw); the Markdown view
-    (highlighted code blocks) takes over when the answer is done. The colour view marks the text that
-    came from accepted drafts."""
+    """One message. A streaming answer is Markdown (highlighted code) that catches up every MARKDOWN_S,
+    followed by the newest text as plain text until then: redrawing Markdown on every update cost most of
+    the UI's share of decode time. The colour view marks the text that came from accepted drafts."""
 
     def __init__(self, role: str, text: str = "") -> None:
         super().__init__(classes=f"turn {role}")
@@ -123,8 +124,10 @@ class Turn(Vertical):
         self.pieces: list[tuple[str, bool]] = [(text, False)] if text else []
         self.markdown = Markdown(text)
         self.live = Static("", classes="live")
-        self.streaming = False
         self.colours = False
+        self._stream = None
+        self._tail = ""  # streamed text the Markdown view does not show yet
+        self._md_at = time.perf_counter()
 
     def compose(self) -> ComposeResult:
         yield Static("you" if self.role == "user" else "assistant", classes="who")
@@ -135,21 +138,35 @@ class Turn(Vertical):
         self._show()
 
     def _show(self) -> None:
-        live = self.streaming or self.colours
-        self.live.display, self.markdown.display = live, not live
-        if live:
-            self.live.update(self.coloured_text() if self.colours else Text(self.text))
+        self.markdown.display = not self.colours
+        self.live.display = self.colours or bool(self._tail)
+        if self.colours:
+            self.live.update(self.coloured_text())
+        elif self._tail:
+            self.live.update(Text(self._tail))
 
     async def append(self, pieces: list[tuple[str, bool]]) -> None:
-        self.streaming = True
         chunk = "".join(p for p, _ in pieces)
         self.text += chunk
         self.pieces.extend(pieces)
+        self._tail += chunk
+        if time.perf_counter() - self._md_at >= MARKDOWN_S:
+            await self._catch_up()
         self._show()
 
+    async def _catch_up(self) -> None:
+        if self._tail:
+            if self._stream is None:
+                self._stream = Markdown.get_stream(self.markdown)
+            await self._stream.write(self._tail)
+            self._tail = ""
+        self._md_at = time.perf_counter()
+
     async def finish(self) -> None:
-        await self.markdown.update(self.text)
-        self.streaming = False
+        await self._catch_up()
+        if self._stream is not None:
+            await self._stream.stop()
+            self._stream = None
         self._show()
 
     def coloured_text(self) -> Text:

@@ -35,13 +35,17 @@ def check_capabilities(backend: Backend, drafter: Drafter) -> None:
                           f"the {drafter.name} drafter needs; pick another drafter or backend")
 
 
+def check_draft_tokens(k: int) -> None:
+    if k < 1:
+        raise ConfigError(f"--draft-tokens must be at least 1, got {k}")
+
+
 def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], sampling: SamplingParams, *,
                     max_tokens: int = 512, draft_tokens: int = 4, stop: Sequence[str] = (),
                     rng: Optional[np.random.Generator] = None,
                     on_prefill: Progress = None) -> Iterator[TokenEvent]:
     """Generate a continuation of ``prompt``, one event per target forward pass."""
-    if draft_tokens < 1:
-        raise ConfigError(f"--draft-tokens must be at least 1, got {draft_tokens}")
+    check_draft_tokens(draft_tokens)
     if max_tokens < 1:
         raise ConfigError(f"--max-tokens must be at least 1, got {max_tokens}")
     if not prompt:

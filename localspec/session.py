@@ -9,11 +9,10 @@ import numpy as np
 from localspec.backends import load_backend
 from localspec.backends.base import Backend, Progress
 from localspec.chat import Conversation
-from localspec.drafters import DRAFTERS, DrafterOptions, make_drafter
+from localspec.drafters import DrafterOptions, check_drafter_name, make_drafter
 from localspec.drafters.base import Drafter
-from localspec.engine import stream_generate
-from localspec.errors import ConfigError
-from localspec.registry import ModelEntry, model_entry, resolve_model
+from localspec.engine import check_draft_tokens, stream_generate
+from localspec.registry import ModelEntry, load_registry, model_entry, resolve_model
 from localspec.sampling import SamplingParams
 from localspec.types import TokenEvent
 
@@ -33,12 +32,11 @@ class Session:
     @classmethod
     def from_args(cls, args, on_load=None) -> "Session":
         sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p)
-        if args.drafter not in DRAFTERS:  # before the (slow) model load
-            raise ConfigError(f"unknown drafter {args.drafter!r}; choose one of: {', '.join(DRAFTERS)}")
-        if args.draft_tokens < 1:
-            raise ConfigError(f"--draft-tokens must be at least 1, got {args.draft_tokens}")
-        entry = model_entry(args.model)
-        name, path = resolve_model(args.model)
+        check_drafter_name(args.drafter)  # bad options fail before the (slow) model load
+        check_draft_tokens(args.draft_tokens)
+        registry = load_registry()
+        entry = model_entry(args.model, registry)
+        name, path = resolve_model(args.model, registry)
         backend = load_backend("llama.cpp", path, n_ctx=args.ctx, n_threads=args.threads,
                                n_gpu_layers=args.gpu_layers, on_load=on_load)
         options = drafter_options(args, entry)

@@ -50,16 +50,16 @@ class SuffixDrafter(Drafter):
     def __init__(self, params: SuffixParams = SuffixParams(), store: Optional[AnswerStore] = None) -> None:
         self.params = params
         self.store = store
-        self.global_tree = SuffixTree(params.max_depth)
+        self.global_tree: Optional[SuffixTree] = None
         self._rebuild_global()
         self.local_tree: Optional[SuffixTree] = None
         self._indexed = 0
-        self._prompt_len = 0
         self._answer: list[int] = []
         self._reset_figures()
 
     def _rebuild_global(self) -> None:
-        self.global_tree.close()
+        if self.global_tree is not None:
+            self.global_tree.close()
         self.global_tree = SuffixTree(self.params.max_depth)
         if self.store is not None:
             for tokens in self.store.answers.values():
@@ -74,7 +74,7 @@ class SuffixDrafter(Drafter):
             self.local_tree.close()
         self.local_tree = SuffixTree(self.params.max_depth)
         self.local_tree.extend(prompt)
-        self._indexed = self._prompt_len = len(prompt)
+        self._indexed = len(prompt)
         self._answer = []
         self._reset_figures()
 

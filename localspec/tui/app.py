@@ -268,7 +268,7 @@ class ChatApp(App):
             self.post_message(Failed(str(exc)))
 
     def _answer(self) -> None:
-        session, stats, finish = self.session, {}, "interrupted"
+        session, stats, finish = self.session, None, "interrupted"
         pieces: list[tuple[str, bool]] = []
         last = time.perf_counter()
         events_ = None
@@ -281,23 +281,24 @@ class ChatApp(App):
                     pieces.append((event.text[:event.draft_chars], True))
                 if event.text[event.draft_chars:]:
                     pieces.append((event.text[event.draft_chars:], False))
-                stats = event.stats.to_dict()
+                stats = event.stats  # the turn's live counters; turned into a dict only when posted
                 finish = event.finish_reason or finish
                 now = time.perf_counter()
                 if pieces and now - last >= UPDATE_S:
-                    self.post_message(Delta(pieces, stats))
+                    self.post_message(Delta(pieces, stats.to_dict()))
                     pieces, last = [], now
                 if self._stop.is_set():
                     break
         except LocalspecError as exc:
-            self.post_message(TurnDone(stats, "error", str(exc)))
+            self.post_message(TurnDone(stats.to_dict() if stats else {}, "error", str(exc)))
             return
         finally:
             if events_ is not None:
-                events_.close()  # rolls the cache back if we left early
+                events_.close()  # rolls the cache back if we left early, and completes the stats
+        final = stats.to_dict() if stats else {}
         if pieces:
-            self.post_message(Delta(pieces, stats))
-        self.post_message(TurnDone(stats, "interrupted" if self._stop.is_set() else finish))
+            self.post_message(Delta(pieces, final))
+        self.post_message(TurnDone(final, "interrupted" if self._stop.is_set() else finish))
 
     # -- messages --------------------------------------------------------------------------------------
     def on_progress(self, message: Progress) -> None:

@@ -14,6 +14,7 @@ from typing import Optional
 
 from localspec.chat import Conversation
 from localspec.errors import ConfigError
+from localspec.fileio import atomic_write
 
 
 def chats_dir() -> Path:
@@ -60,9 +61,7 @@ class SavedChat:
         path = path or chats_dir() / f"{self.id}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         text = self.to_markdown() if path.suffix == ".md" else json.dumps(self.to_json(), indent=1, ensure_ascii=False)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write(path, text.encode("utf-8"))
         return path
 
 

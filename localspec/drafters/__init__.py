@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 from localspec.backends.base import Backend
@@ -32,8 +33,7 @@ def make_drafter(name: str, backend: Optional[Backend] = None,
     if name == "ngram":
         from localspec.drafters.ngram import NgramDrafter
         return NgramDrafter(options.ngram_min, options.ngram_max)
-    from pathlib import Path  # the suffix drafter
-
+    # the suffix drafter
     from localspec.drafters.suffix import SuffixDrafter, SuffixParams
     from localspec.drafters.suffix_store import AnswerStore
     params = SuffixParams(**options.suffix)

@@ -20,6 +20,8 @@ from typing import Optional
 
 import numpy as np
 
+from localspec.fileio import atomic_write
+
 MAGIC = b"LOCALSPEC-SUFFIX-CACHE\n"
 VERSION = 1
 
@@ -135,9 +137,4 @@ class AnswerStore:
         body = b"".join(a.astype("<i4").tobytes() for a in self.answers.values())
         header = {"version": VERSION, "tokenizer": self.tokenizer, "crc32": zlib.crc32(body),
                   "answers": [[answer_id, len(a)] for answer_id, a in self.answers.items()]}
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(MAGIC + json.dumps(header).encode() + b"\n" + body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        atomic_write(self.path, MAGIC + json.dumps(header).encode() + b"\n" + body)

@@ -1,0 +1,15 @@
+"""Writing files so that a crash or a concurrent reader never sees half of one."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, flush it to disk, then rename it over ``path``."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -48,15 +48,16 @@ def one_run(mode: str, model: str, drafter: str, tokens: int) -> float:
     'app' inside the Textual app (its engine thread)."""
     _, path = resolve_model(model)
     tmp = tempfile.mkdtemp()
-    backend = LlamaCppBackend(path, n_ctx=2048)
     options = DrafterOptions(suffix_cache_dir=tmp)
     greedy = SamplingParams(temperature=0)
     if mode == "plain":
+        backend = LlamaCppBackend(path, n_ctx=2048)
         prompt = backend.chat_tokens([{"role": "user", "content": PROMPT}])
         return generate(backend, make_drafter(drafter, backend, options), prompt, greedy,
                         max_tokens=tokens).stats.decode_tps
 
-    def open_session(progress):
+    def open_session(progress):  # on the app's engine thread, as `localspec chat` loads it
+        backend = LlamaCppBackend(path, n_ctx=2048)
         return Session(backend, make_drafter(drafter, backend, options), greedy, model, max_tokens=tokens,
                        drafter_options=options)
     return app_turn(open_session, tmp)

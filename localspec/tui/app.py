@@ -35,10 +35,23 @@ from localspec.tui.slash import HELP, SlashError, parse_slash
 
 # Every UI update takes the GIL from the engine thread, so updates are rationed (measured with
 # benchmarks/tui_speed.py on SmolLM2-135M: 20 updates/s with live Markdown cost 47% of decode speed).
-UPDATE_S = 0.25  # seconds between UI updates while tokens stream
-STATS_S = 0.5  # seconds between stats panel redraws while tokens stream
+UPDATE_S = 0.3  # seconds between UI updates while tokens stream
+STATS_S = 0.6  # seconds between stats panel redraws while tokens stream
 MARKDOWN_S = 1.0  # seconds between Markdown redraws of a streaming answer
+TAIL_ROWS = 8  # the streaming tail's height grows in steps of this many rows
 CALIBRATION_TOKENS = 32
+
+
+def warm_highlighters() -> None:
+    """Compile the code highlighters of the common languages now, while nothing streams: Pygments builds
+    a lexer's regexes on first use, which cost ~80 ms of the UI's time (and decode speed) in the middle of
+    the first answer with a code block."""
+    from pygments.lexers import get_lexer_by_name
+    for name in ("python", "bash", "json", "javascript", "c", "rust", "markdown", "text"):
+        try:
+            get_lexer_by_name(name)
+        except Exception:  # a missing lexer only means no warm-up for it
+            pass
 
 
 # -- messages from the worker threads -------------------------------------------------------------------
@@ -128,6 +141,8 @@ class Turn(Vertical):
         self._stream = None
         self._tail = ""  # streamed text the Markdown view does not show yet
         self._md_at = time.perf_counter()
+        self._streaming = False
+        self._rows = 0  # rows reserved for the streaming tail (0: its natural height)
 
     def compose(self) -> ComposeResult:
         yield Static("you" if self.role == "user" else "assistant", classes="who")
@@ -139,17 +154,30 @@ class Turn(Vertical):
 
     def _show(self) -> None:
         self.markdown.display = not self.colours
-        self.live.display = self.colours or bool(self._tail)
+        self.live.display = self.colours or self._streaming
         if self.colours:
+            self._reserve(0)
             self.live.update(self.coloured_text())
-        elif self._tail:
-            self.live.update(Text(self._tail))
+        elif self._streaming:
+            # A layout pass is the costliest part of an update, and a growing tail would need one for
+            # every new line: while the answer streams the tail keeps its rows (in steps of TAIL_ROWS, empty
+            # right after a catch-up), so its text updates in place.
+            lines = sum(1 + len(line) // max(1, self.live.size.width or 80) for line in self._tail.split("\n"))
+            self._reserve(max(self._rows, -(-(lines + 1) // TAIL_ROWS) * TAIL_ROWS))
+            self.live.update(Text(self._tail), layout=False)
+
+    def _reserve(self, rows: int) -> None:
+        """Fix the tail's height at `rows` (0: back to its natural height)."""
+        if rows != self._rows:
+            self._rows = rows
+            self.live.styles.height = rows or "auto"
 
     async def append(self, pieces: list[tuple[str, bool]]) -> None:
         chunk = "".join(p for p, _ in pieces)
         self.text += chunk
         self.pieces.extend(pieces)
         self._tail += chunk
+        self._streaming = True
         if time.perf_counter() - self._md_at >= MARKDOWN_S:
             await self._catch_up()
         self._show()
@@ -167,6 +195,8 @@ class Turn(Vertical):
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
+        self._streaming = False
+        self._reserve(0)
         self._show()
 
     def coloured_text(self) -> Text:
@@ -256,6 +286,7 @@ class ChatApp(App):
     def _load(self) -> None:
         try:
             session = self.open_session(lambda label: self.post_message(Progress(label)))
+            warm_highlighters()
             plain = None
             if self.calibrate:
                 self.post_message(Progress("measuring plain decoding…"))

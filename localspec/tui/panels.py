@@ -54,14 +54,14 @@ class StatsPanel(Static):
             t.append("Last turns\n", style="bold")
             t.append(f" tok/s  {sparkline([h[0] for h in history])}\n")
             t.append(f" accept {sparkline([h[1] for h in history])}\n")
-        self.update(t)
+        self.update(t, layout=False)  # a fixed-size panel: no layout pass (it is what a redraw costs most)
 
 
 class StatusBar(Static):
     def show(self, model: str, backend: str, drafter: str, k: int, ctx_used: int, ctx_size: int,
              memory_mb: float, note: str = "") -> None:
         text = (f" {model} · {backend} · {drafter} K={k} · ctx {ctx_used}/{ctx_size} · mem {memory_mb:.0f} MB")
-        self.update(text + (f" · {note}" if note else ""))
+        self.update(text + (f" · {note}" if note else ""), layout=False)
 
 
 def process_memory_mb() -> float:

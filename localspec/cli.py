@@ -31,7 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="layers to offload with a CUDA/Metal/Vulkan build of llama.cpp (-1: all)")
     g = common.add_argument_group("speculation")
     g.add_argument("--drafter", "-d", default="suffix", help=f"one of: {', '.join(DRAFTERS)} (default: suffix)")
-    g.add_argument("--draft-tokens", "-k", type=int, default=4, help="tokens drafted per step (default: 4)")
+    g.add_argument("--draft-tokens", "-k", default="auto",
+                   help="tokens drafted per step: a number fixes it; 'auto' (the default) lets a controller pick "
+                        "0..8 each step from measured costs and acceptance; 'auto:N' caps it at N")
+    g.add_argument("--draft-model", help="--drafter draft: the draft model, a name or a .gguf path "
+                                         "(default: the first of the target's 'drafts' in models.toml)")
     g.add_argument("--ngram-min", type=int, default=2, help="shortest n-gram the ngram drafter matches")
     g.add_argument("--ngram-max", type=int, default=4, help="longest n-gram the ngram drafter matches")
     g.add_argument("--suffix-max-depth", type=int, help="suffix drafter: longest context it matches + drafts (64)")

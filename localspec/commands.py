@@ -33,9 +33,12 @@ def run_command(args) -> int:
     conversation = Conversation(system=args.system)
     conversation.add("user", prompt)
     with Session.from_args(args) as session:
+        if not args.json:
+            print(f"loaded {session.load_report()}", file=sys.stderr)
         text, stats, finish = _stream(session, conversation, None if args.json else sys.stdout)
         if args.json:
             print(json.dumps({"model": session.model_name, "drafter": session.drafter.name,
+                              "model_memory_mb": round(session.backend.memory_bytes() / 2**20, 1),
                               "text": text, "finish_reason": finish, "stats": stats.to_dict()},
                              ensure_ascii=False))
         else:
@@ -80,7 +83,7 @@ def plain_chat(args, chat: SavedChat) -> int:
     with Session.from_args(args) as session:
         conversation = chat.conversation
         if interactive:
-            print(f"localspec chat — {session.model_name}, drafter {session.drafter.name}. "
+            print(f"localspec chat — {session.load_report()}. "
                   f"Ctrl-C stops an answer, Ctrl-D or /exit quits.", file=sys.stderr)
         while True:
             if interactive:
@@ -134,8 +137,9 @@ def simulate_command(args) -> int:
     with Session.from_args(args) as session:
         cases = [(session.backend.chat_tokens(messages[:-1]), session.backend.tokenize(messages[-1]["content"]))
                  for messages in records]
-        stats = simulate(session.drafter, cases, session.draft_tokens, step_cost)
-        print(json.dumps({"drafter": session.drafter.name, "draft_tokens": session.draft_tokens,
+        k = session.speclen.max_k  # the simulator replays a fixed K (the controller's cap under 'auto')
+        stats = simulate(session.drafter, cases, k, step_cost)
+        print(json.dumps({"drafter": session.drafter.name, "draft_tokens": k,
                           "cases": len(cases), **summary(stats, step_cost)}))
     return 0
 

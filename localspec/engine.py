@@ -19,9 +19,10 @@ from localspec.backends.base import Backend, Progress
 from localspec.drafters.base import Drafter
 from localspec.errors import ConfigError, ContextOverflow
 from localspec.sampling import SamplingParams
+from localspec.speclen import AdaptiveK, FixedK, make_policy
 from localspec.stats import TurnStats
 from localspec.stopping import StopStrings
-from localspec.types import Draft, TokenEvent, Verdict
+from localspec.types import Draft, TokenEvent, Verdict, common_prefix
 from localspec.verify import verify_chain
 
 
@@ -35,17 +36,14 @@ def check_capabilities(backend: Backend, drafter: Drafter) -> None:
                           f"the {drafter.name} drafter needs; pick another drafter or backend")
 
 
-def check_draft_tokens(k: int) -> None:
-    if k < 1:
-        raise ConfigError(f"--draft-tokens must be at least 1, got {k}")
-
-
 def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], sampling: SamplingParams, *,
-                    max_tokens: int = 512, draft_tokens: int = 4, stop: Sequence[str] = (),
+                    max_tokens: int = 512, draft_tokens: "int | str | FixedK | AdaptiveK" = 4,
+                    stop: Sequence[str] = (),
                     rng: Optional[np.random.Generator] = None,
                     on_prefill: Progress = None) -> Iterator[TokenEvent]:
-    """Generate a continuation of ``prompt``, one event per target forward pass."""
-    check_draft_tokens(draft_tokens)
+    """Generate a continuation of ``prompt``, one event per target forward pass. ``draft_tokens`` is a
+    fixed K, 'auto', or a policy object (a session passes its own, so what it measured carries over)."""
+    policy = make_policy(draft_tokens)
     if max_tokens < 1:
         raise ConfigError(f"--max-tokens must be at least 1, got {max_tokens}")
     if not prompt:
@@ -57,7 +55,7 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
     rng = rng if rng is not None else np.random.default_rng()
     stats = TurnStats(prompt_tokens=len(prompt))
     context = list(prompt)
-    reuse = _common_prefix(backend.cached_tokens, context[:-1])
+    reuse = common_prefix(backend.cached_tokens, context[:-1])
     backend.truncate(reuse)
     detok, stopper = backend.detokenizer(), StopStrings(stop)
     started = time.perf_counter()
@@ -65,18 +63,21 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
         backend.prefill(context[reuse:-1], progress=on_prefill)
         stats.prefill_tokens = len(context) - 1 - reuse
         stats.prefill_s = time.perf_counter() - started
+        drafter.use_sampling(sampling)
         drafter.begin(context)
+        policy.begin_turn()
         started = time.perf_counter()
         finish = None
         while finish is None:
             # Draft no further than the context can hold and than the answer may still grow.
-            k = min(draft_tokens, max_tokens - stats.generated - 1, backend.n_ctx - len(context))
             t0 = time.perf_counter()
-            draft = drafter.propose(context, k) if k > 0 else Draft()
-            draft = Draft.chain(draft.tokens[:k], None if draft.q is None else draft.q[:k]) if len(draft) > k else draft
+            cap = min(policy.max_k, max_tokens - stats.generated - 1, backend.n_ctx - len(context))
+            k = policy.plan(cap) if cap > 0 else 0
+            draft = _cut(drafter.propose(context, k), k) if k > 0 else Draft()
             t1 = time.perf_counter()
+            draft = _cut(draft, policy.trim(draft, t1 - t0))
             out = backend.forward([context[-1], *draft.tokens])
-            verdict = verify_chain(draft, out.logits, sampling, rng)
+            verdict = verify_chain(draft, out.logits, sampling, rng, stats.rules)
             backend.truncate(len(context) + verdict.accepted)
             t2 = time.perf_counter()
             stats.draft_s += t1 - t0
@@ -105,12 +106,15 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
             from_draft = min(verdict.accepted, len(emitted))
             drafter.observe(Verdict(len(draft), from_draft, tuple(emitted)))  # what was really emitted
             stats.record_step(len(draft), from_draft, len(emitted))
-            stats.decode_s = time.perf_counter() - started
+            now = time.perf_counter()
+            policy.record(len(draft), verdict.accepted, emitted, t1 - t0, t2 - t1, now - t0)
+            stats.decode_s = now - started
             yield TokenEvent(tuple(emitted), text, from_draft, stats, finish, min(draft_chars, len(text)))
     finally:
         backend.truncate(len(context) - 1)  # restore the invariant, whatever happened mid-step
         drafter.end()
         stats.drafter = drafter.figures()
+        stats.speclen = policy.figures()
         if stats.generated:
             stats.decode_s = time.perf_counter() - started
 
@@ -134,9 +138,7 @@ def generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], sampling
     return Completion("".join(text), tuple(tokens), finish, stats)
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+def _cut(draft: Draft, k: int) -> Draft:
+    if len(draft) <= k:
+        return draft
+    return Draft.chain(draft.tokens[:k], None if draft.q is None else draft.q[:k])

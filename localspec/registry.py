@@ -15,7 +15,7 @@ from localspec.errors import ConfigError, ModelError
 BUILTIN = resources.files("localspec") / "models.toml"
 USER_FILE = Path("~/.config/localspec/models.toml").expanduser()
 
-_ENTRY_KEYS = {"description": str, "family": str, "context": int, "embedded": str, "drafters": list,
+_ENTRY_KEYS = {"description": str, "family": str, "context": int, "embedded": str, "drafters": list, "drafts": list,
                "gguf": dict, "suffix": dict}
 _GGUF_KEYS = {"repo": str, "file": str}
 _SUFFIX_KEYS = {"max_depth": int, "min_token_prob": float, "max_spec_factor": float, "max_spec_offset": float,
@@ -30,6 +30,7 @@ class ModelEntry:
     context: int
     embedded: Optional[str]
     drafters: tuple[str, ...]
+    drafts: tuple[str, ...]  # recommended draft models (aliases), best first
     gguf_repo: Optional[str]
     gguf_file: Optional[str]
     suffix: dict  # SuffixParams overrides for this model
@@ -56,6 +57,10 @@ def load_registry(user_file: Optional[Path] = None) -> Registry:
         user_default, user_models = _parse(user_file.read_text(encoding="utf-8"), str(user_file))
         models.update(user_models)
         default = user_default or default
+    for entry in models.values():
+        for draft in entry.drafts:
+            if draft not in models:
+                raise ConfigError(f"models.toml, [models.{entry.name}]: draft {draft!r} has no [models.{draft}] table")
     if default not in models:
         raise ConfigError(f"models.toml: default = {default!r} names no [models.{default}] table")
     return Registry(default, models)
@@ -96,8 +101,11 @@ def _entry(name: str, table, where: str) -> ModelEntry:
     drafters = table.get("drafters", [])
     if not all(isinstance(d, str) for d in drafters):
         raise ConfigError(f"{here}: 'drafters' must be a list of drafter names")
+    drafts = table.get("drafts", [])
+    if not all(isinstance(d, str) for d in drafts):
+        raise ConfigError(f"{here}: 'drafts' must be a list of model names")
     return ModelEntry(name, table.get("description", ""), table.get("family", name), context,
-                      table.get("embedded"), tuple(drafters), gguf.get("repo"), gguf.get("file"),
+                      table.get("embedded"), tuple(drafters), tuple(drafts), gguf.get("repo"), gguf.get("file"),
                       dict(table.get("suffix", {})))
 
 

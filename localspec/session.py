@@ -11,9 +11,10 @@ from localspec.backends.base import Backend, Progress
 from localspec.chat import Conversation
 from localspec.drafters import DrafterOptions, check_drafter_name, make_drafter
 from localspec.drafters.base import Drafter
-from localspec.engine import check_draft_tokens, stream_generate
+from localspec.engine import stream_generate
 from localspec.registry import ModelEntry, load_registry, model_entry, resolve_model
 from localspec.sampling import SamplingParams
+from localspec.speclen import AdaptiveK, FixedK, make_policy
 from localspec.types import TokenEvent
 
 
@@ -24,7 +25,7 @@ class Session:
     sampling: SamplingParams
     model_name: str
     max_tokens: int = 512
-    draft_tokens: int = 4
+    speclen: "FixedK | AdaptiveK" = field(default_factory=AdaptiveK)  # kept across turns: what it learnt
     stop: tuple[str, ...] = ()
     rng: np.random.Generator = field(default_factory=np.random.default_rng)
     drafter_options: DrafterOptions = field(default_factory=DrafterOptions)
@@ -33,19 +34,19 @@ class Session:
     def from_args(cls, args, on_load=None) -> "Session":
         sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p)
         check_drafter_name(args.drafter)  # bad options fail before the (slow) model load
-        check_draft_tokens(args.draft_tokens)
+        speclen = make_policy(args.draft_tokens)
         registry = load_registry()
         entry = model_entry(args.model, registry)
         name, path = resolve_model(args.model, registry)
         backend = load_backend("llama.cpp", path, n_ctx=args.ctx, n_threads=args.threads,
                                n_gpu_layers=args.gpu_layers, on_load=on_load)
-        options = drafter_options(args, entry)
+        options = drafter_options(args, entry, registry)
         try:
             drafter = make_drafter(args.drafter, backend, options)
         except BaseException:
             backend.close()
             raise
-        return cls(backend, drafter, sampling, name, args.max_tokens, args.draft_tokens, tuple(args.stop),
+        return cls(backend, drafter, sampling, name, args.max_tokens, speclen, tuple(args.stop),
                    np.random.default_rng(args.seed), options)
 
     def answer(self, conversation: Conversation, on_prefill: Progress = None) -> Iterator[TokenEvent]:
@@ -53,8 +54,26 @@ class Session:
         answer to the conversation (so an interrupted answer can be kept, too)."""
         prompt = conversation.prompt_tokens(self.backend, reserve=self.max_tokens)
         return stream_generate(self.backend, self.drafter, prompt, self.sampling, max_tokens=self.max_tokens,
-                               draft_tokens=self.draft_tokens, stop=self.stop, rng=self.rng,
+                               draft_tokens=self.speclen, stop=self.stop, rng=self.rng,
                                on_prefill=on_prefill)
+
+    def load_report(self) -> str:
+        """What is loaded and how much memory each model's weights take."""
+        text = f"{self.model_name} {self.backend.memory_bytes() / 2**20:.0f} MB ({self.backend.name})"
+        draft = getattr(self.drafter, "draft", None)
+        if draft is not None:
+            text += f" + draft {draft.model_name} {draft.memory_bytes() / 2**20:.0f} MB"
+        return text + f" · drafter {self.drafter.name}, {self.speclen.label}"
+
+    def set_drafter(self, drafter: Drafter) -> None:
+        """Switch drafters mid-chat; the controller forgets the old one's acceptance, not the machine's costs."""
+        self.drafter.close()
+        self.drafter = drafter
+        self.speclen.reset_drafter()
+
+    def set_draft_tokens(self, value) -> None:
+        """A fixed K or 'auto'. Switching to 'auto' keeps nothing: the controller measures afresh."""
+        self.speclen = make_policy(value)
 
     def close(self) -> None:
         self.drafter.close()
@@ -72,8 +91,12 @@ _SUFFIX_ARGS = {"suffix_max_depth": "max_depth", "suffix_min_prob": "min_token_p
                 "suffix_cache_tokens": "cache_tokens"}
 
 
-def drafter_options(args, entry: Optional[ModelEntry]) -> DrafterOptions:
+def drafter_options(args, entry: Optional[ModelEntry], registry=None) -> DrafterOptions:
     """Drafter settings: the command line over the model's models.toml entry over the defaults."""
     suffix = dict(entry.suffix) if entry else {}
     suffix.update({key: getattr(args, arg) for arg, key in _SUFFIX_ARGS.items() if getattr(args, arg) is not None})
-    return DrafterOptions(ngram_min=args.ngram_min, ngram_max=args.ngram_max, suffix=suffix)
+    known = entry.drafts if entry else ()
+    draft_spec = getattr(args, "draft_model", None)
+    draft_path = str(resolve_model(draft_spec, registry or load_registry())[1]) if draft_spec else None
+    return DrafterOptions(ngram_min=args.ngram_min, ngram_max=args.ngram_max, suffix=suffix,
+                          draft_model=draft_path, draft_name=draft_spec, known_drafts=known, seed=args.seed)

@@ -20,6 +20,9 @@ class TurnStats:
     draft_s: float = 0.0
     verify_s: float = 0.0  # target forward + verification
     drafter: dict = field(default_factory=dict)  # the drafter's own figures
+    speclen: dict = field(default_factory=dict)  # how K was chosen (fixed, or the controller's figures)
+    # drafts with q: per examined position, P(accept) under min(1, p/q) and under exact matching
+    rules: list = field(default_factory=list, repr=False)
 
     def record_step(self, drafted: int, accepted: int, emitted: int) -> None:
         self.steps += 1
@@ -60,6 +63,14 @@ class TurnStats:
     def speedup(self, plain_tps: Optional[float]) -> Optional[float]:
         return self.decode_tps / plain_tps if plain_tps and self.decode_tps else None
 
+    def rule_comparison(self) -> Optional[dict]:
+        """Mean acceptance probability per examined draft position under both rules (drafts with q)."""
+        if not self.rules:
+            return None
+        n = len(self.rules)
+        return {"positions": n, "rejection_sampling": round(sum(r for r, _ in self.rules) / n, 4),
+                "exact_match": round(sum(m for _, m in self.rules) / n, 4)}
+
     def to_dict(self) -> dict:
         rate = self.acceptance_rate
         return {
@@ -80,6 +91,8 @@ class TurnStats:
             "verify_s": round(self.verify_s, 4),
             "other_s": round(self.other_s, 4),
             "drafter": dict(self.drafter),
+            "speclen": dict(self.speclen),
+            "acceptance_rules": self.rule_comparison(),
         }
 
     def summary(self) -> str:

@@ -11,6 +11,8 @@ the argmax, so a draft token is accepted iff it is the argmax, and the residual 
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from localspec.sampling import SamplingParams, sample
@@ -18,10 +20,14 @@ from localspec.types import Draft, Verdict
 
 
 def verify_chain(draft: Draft, target_logits: np.ndarray, sampler: SamplingParams,
-                 rng: np.random.Generator) -> Verdict:
+                 rng: np.random.Generator, rules: Optional[list] = None) -> Verdict:
     """``target_logits`` has len(draft) + 1 rows: row i is the target's prediction for draft position i
     (row 0 follows the pending token), the last row predicts the token after a fully accepted draft.
-    Rows after the first rejection are never looked at."""
+    Rows after the first rejection are never looked at.
+
+    ``rules``, when given and the draft has q, collects per examined position the acceptance probability
+    of this rule, sum min(p, q), next to that of exact matching (draw from q, draw from p, accept if
+    equal), sum p * q: the two rules compared on the same drafts."""
     if target_logits.shape[0] != len(draft) + 1:
         raise ValueError(f"need {len(draft) + 1} rows of target logits, got {target_logits.shape[0]}")
     accepted: list[int] = []
@@ -29,6 +35,9 @@ def verify_chain(draft: Draft, target_logits: np.ndarray, sampler: SamplingParam
         ids, p = sampler.distribution(target_logits[i])
         p_x = float(p[ids == x].sum())
         q_x = 1.0 if draft.q is None else float(draft.q[i, x])
+        if rules is not None and draft.q is not None:
+            q = draft.q[i, ids]
+            rules.append((float(np.minimum(p, q).sum()), float((p * q).sum())))
         if rng.random() * q_x < p_x:  # u < p(x)/q(x), written without a division
             accepted.append(x)
             continue

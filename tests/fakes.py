@@ -7,6 +7,7 @@ import numpy as np
 
 from localspec.backends.base import Backend
 from localspec.drafters.base import Drafter
+from localspec.drafters.random import RandomDrafter  # noqa: F401  (tests import it from here)
 from localspec.types import Draft, ForwardOut, Verdict
 
 
@@ -73,18 +74,6 @@ class OracleDrafter(Drafter):
         n_right = len(truth) if self.right is None else min(self.right, len(truth))
         wrong = [(t + 1) % self.vocab_size for t in truth[n_right:]]
         return Draft.chain(truth[:n_right] + wrong)
-
-
-class RandomDrafter(Drafter):
-    """Proposes uniformly random tokens: a useless drafter."""
-
-    name = "random"
-
-    def __init__(self, vocab_size: int, seed: int = 0) -> None:
-        self.vocab_size, self.rng = vocab_size, np.random.default_rng(seed)
-
-    def propose(self, context, max_tokens, hidden=None) -> Draft:
-        return Draft.chain(self.rng.integers(0, self.vocab_size, size=max_tokens).tolist())
 
 
 class DistributionDrafter(Drafter):

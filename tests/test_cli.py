@@ -52,7 +52,7 @@ def test_unknown_drafter():
     assert_one_line_error(run_cli("run", "--drafter", "magic", "hi"), "unknown drafter 'magic'", "ngram")
 
 
-@pytest.mark.parametrize("k", ["0", "-2"])
+@pytest.mark.parametrize("k", ["0", "-2", "fast", "auto:0"])
 def test_draft_tokens_must_be_positive(k):
     assert_one_line_error(run_cli("run", "--draft-tokens", k, "hi"), "--draft-tokens")
 
@@ -132,3 +132,30 @@ def test_simulate_names_the_bad_line(tmp_path):
     data = tmp_path / "bad.jsonl"
     data.write_text('{"prompt": "x", "answer": "y"}\n{"prompt": "only a prompt"}\n')
     assert_one_line_error(run_cli("simulate", str(data)), "bad.jsonl, line 2")
+
+
+@pytest.mark.model
+def test_run_with_a_draft_model_reports_both_memories():
+    from localspec.registry import resolve_model
+    path = str(resolve_model("smollm2-135m")[1])
+    result = run_cli("run", "--json", "--drafter", "draft", "--draft-model", path, "--temperature", "0",
+                     "--max-tokens", "24", "Count from 1 to 10.")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["drafter"] == "draft" and out["model_memory_mb"] > 50
+    assert out["stats"]["drafter"]["draft_memory_mb"] > 50
+    assert out["stats"]["speclen"]["mode"] == "adaptive"
+
+
+def test_draft_drafter_without_a_draft_model():
+    assert_one_line_error(run_cli("run", "--drafter", "draft", "hi"), "--draft-model")
+
+
+@pytest.mark.model
+def test_incompatible_draft_model_is_one_clear_line():
+    from pathlib import Path
+    gemma = Path.home() / ".cache" / "localspec-bench-models" / "gemma-3-270m-q4_k_m.gguf"
+    if not gemma.exists():
+        pytest.skip("gemma-3-270m not fetched: ../shared/models/fetch.sh")
+    result = run_cli("run", "--drafter", "draft", "--draft-model", str(gemma), "hi")
+    assert_one_line_error(result, "cannot draft for", "tokenizer")

@@ -12,6 +12,7 @@ from scipy.stats import chisquare
 
 from fakes import DistributionDrafter, ScriptedBackend
 from localspec.drafters.base import NoDrafter
+from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine import generate
 from localspec.sampling import SamplingParams
@@ -61,12 +62,14 @@ def sample_answers(backend, make_drafter, sampling, seed):
 DRAFTERS = {
     "point-mass": lambda: NgramDrafter(1, 2),
     "with-q": lambda: DistributionDrafter(V, k=2),
+    # a different scripted model drafts with its own KV cache and q under the same sampler settings
+    "draft-model": lambda: DraftModelDrafter(ScriptedBackend(vocab_size=V, scale=1.5, seed=4), V, V, seed=5),
     "plain": NoDrafter,
 }
 
 
 @pytest.mark.parametrize("sampling", SETTINGS, ids=lambda s: f"T{s.temperature}-k{s.top_k}-p{s.top_p}")
-@pytest.mark.parametrize("kind", ["point-mass", "with-q"])
+@pytest.mark.parametrize("kind", ["point-mass", "with-q", "draft-model"])
 def test_speculative_sampling_matches_target_distribution(sampling, kind):
     backend = ScriptedBackend(vocab_size=V, scale=1.5, seed=3)
     counts, drafter = sample_answers(backend, DRAFTERS[kind], sampling, seed=11)

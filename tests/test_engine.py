@@ -160,7 +160,7 @@ def test_prompt_longer_than_context_is_a_clear_error():
         generate(backend, NoDrafter(), list(range(10)) * 2, GREEDY)
 
 
-@pytest.mark.parametrize("k", [0, -3])
+@pytest.mark.parametrize("k", [0, -3, "two"])
 def test_draft_tokens_must_be_positive(k):
     with pytest.raises(ConfigError, match="draft-tokens"):
         generate(ScriptedBackend(), NoDrafter(), [1], GREEDY, draft_tokens=k)

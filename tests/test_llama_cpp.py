@@ -6,6 +6,7 @@ from fakes import OracleDrafter, RandomDrafter
 from localspec.backends.llama_cpp import LlamaCppBackend, avoid_amx_buffers
 from localspec.chat import Conversation
 from localspec.drafters.base import NoDrafter
+from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.suffix import SuffixDrafter, SuffixParams
 from localspec.engine import generate
@@ -29,6 +30,14 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def backend():
+    _, path = resolve_model("smollm2-135m")
+    with LlamaCppBackend(path, n_ctx=1024, n_threads=2) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def draft_backend():
+    """A second SmolLM2 context: the model drafting for itself (its own KV cache)."""
     _, path = resolve_model("smollm2-135m")
     with LlamaCppBackend(path, n_ctx=1024, n_threads=2) as b:
         yield b
@@ -65,12 +74,13 @@ def assert_same_or_near_tie(backend, prompt, reference, got, label):
 
 
 @pytest.mark.parametrize("text", PROMPTS)
-def test_speculative_greedy_equals_plain_greedy(backend, text):
+def test_speculative_greedy_equals_plain_greedy(backend, draft_backend, text):
     prompt = prompt_tokens(backend, text)
     reference = greedy_run(backend, prompt, NoDrafter())
     assert len(reference) > 5
     drafters = [("ngram", NgramDrafter(1, 3)), ("random", RandomDrafter(backend.vocab_size, seed=1)),
-                ("suffix", SuffixDrafter(SuffixParams(max_spec_factor=2.0, min_token_prob=0.0), None))]
+                ("suffix", SuffixDrafter(SuffixParams(max_spec_factor=2.0, min_token_prob=0.0), None)),
+                ("draft", DraftModelDrafter(draft_backend, backend.vocab_size, backend.vocab_size))]
     drafters += [(f"right-{j}", OracleDrafter(reference, len(prompt), backend.vocab_size, right=j))
                  for j in range(K + 1)]
     for label, drafter in drafters:
@@ -148,3 +158,17 @@ def test_suffix_drafter_with_a_warm_global_tree_stays_exact(backend, tmp_path):
     assert_same_or_near_tie(backend, prompt, reference, second.tokens, "suffix, warm")
     assert second.stats.drafter["wins_global"] > 0 and second.stats.acceptance_rate > 0.5
     assert drafter.store.path.exists() and drafter.store.path.parent == tmp_path
+
+
+def test_draft_model_sampling_uses_q_and_beats_exact_matching(backend, draft_backend):
+    """SmolLM2 drafting for itself at temperature 0.8: q is close to p, so min(1, p/q) accepts nearly
+    everything while sample-and-compare would accept only sum p*q."""
+    drafter = DraftModelDrafter(draft_backend, backend.vocab_size, backend.vocab_size, seed=0)
+    prompt = prompt_tokens(backend, PROMPTS[6])
+    backend.truncate(0)
+    out = generate(backend, drafter, prompt, SamplingParams(temperature=0.8), max_tokens=N, draft_tokens=K,
+                   rng=np.random.default_rng(0))
+    rules = out.stats.rule_comparison()
+    assert rules["positions"] >= 20
+    assert rules["rejection_sampling"] > 0.9 and rules["rejection_sampling"] > rules["exact_match"] + 0.1
+    assert out.stats.acceptance_rate > 0.8

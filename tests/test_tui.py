@@ -11,6 +11,7 @@ from localspec.drafters import DrafterOptions, make_drafter
 from localspec.errors import ModelError
 from localspec.sampling import SamplingParams
 from localspec.session import Session
+from localspec.speclen import FixedK
 from localspec.tui.app import ChatApp, Turn
 from localspec.tui.panels import StatsPanel, StatusBar
 
@@ -30,7 +31,7 @@ def make_app(tmp_path, backend=None, max_tokens=40, chat=None, fail=False, draft
         progress("loading the model 100%")
         options = DrafterOptions(suffix_cache_dir=str(tmp_path / "suffix"))
         return Session(backend, make_drafter(drafter, backend, options), SamplingParams(temperature=0),
-                       "scripted-model", max_tokens=max_tokens, draft_tokens=4, drafter_options=options)
+                       "scripted-model", max_tokens=max_tokens, speclen=FixedK(4), drafter_options=options)
 
     return ChatApp(open_session, chat or SavedChat.new("scripted-model"), calibrate=True, save_dir=tmp_path)
 
@@ -97,12 +98,18 @@ def test_slash_commands(tmp_path):
         async with app.run_test(size=(100, 30)) as pilot:
             await wait_for(pilot, lambda: app.session is not None)
             await send(pilot, app, "/drafter suffix")
-            await pilot.pause(0.1)
+            await wait_for(pilot, lambda: any("drafter: suffix" in text_of(w) for w in app.query(".note")))
             assert app.session.drafter.name == "suffix" and "suffix" in text_of(app.query_one(StatusBar))
+            await send(pilot, app, "/drafter draft")  # no draft model known for the scripted model
+            await wait_for(pilot, lambda: any("--draft-model" in text_of(w) for w in app.query(".error")))
+            assert app.session.drafter.name == "suffix"
             await send(pilot, app, "/k 6")
             await send(pilot, app, "/temp 0.5")
             await pilot.pause(0.1)
-            assert app.session.draft_tokens == 6 and app.session.sampling.temperature == 0.5
+            assert app.session.speclen.label == "K=6" and app.session.sampling.temperature == 0.5
+            await send(pilot, app, "/k auto")
+            await pilot.pause(0.1)
+            assert app.session.speclen.adaptive and "adaptive" in text_of(app.query_one(StatusBar))
             await send(pilot, app, "/drafter magic")
             await pilot.pause(0.1)
             assert any("/drafter needs one of" in text_of(w) for w in app.query(".error"))

@@ -9,6 +9,7 @@ from localspec.chat_store import SavedChat
 from localspec.drafters import make_drafter
 from localspec.sampling import SamplingParams
 from localspec.session import Session
+from localspec.speclen import FixedK
 from localspec.tui.app import ChatApp
 
 ANSWER = """Here is a function:
@@ -29,7 +30,7 @@ def make_app():
 
     def open_session(progress):
         return Session(backend, make_drafter("ngram"), SamplingParams(temperature=0), "scripted-model",
-                       draft_tokens=4)
+                       speclen=FixedK(4))
 
     app = ChatApp(open_session, chat, calibrate=False, save_dir=None)
     app.memory_mb = lambda: 123.0

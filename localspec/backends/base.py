@@ -54,6 +54,14 @@ class Backend:
         """The vocabulary entry of a token, for display and vocabulary comparison."""
         return self.token_bytes(token).decode("utf-8", errors="replace")
 
+    def tokenizer_kind(self) -> str:
+        """The tokenizer's algorithm and pre-tokenizer, e.g. 'gpt2/qwen2' ('' if the backend cannot tell)."""
+        return ""
+
+    def is_padding(self, token: int) -> bool:
+        """True for ids that only pad the vocabulary (never produced by the tokenizer)."""
+        return False
+
     def tokenizer_key(self) -> str:
         """A fingerprint of the vocabulary: equal only for models whose tokens are the same."""
         if getattr(self, "_tokenizer_key", None) is None:

@@ -61,6 +61,9 @@ def _lib():
     return llama_cpp
 
 
+_ATTR_UNDEFINED, _ATTR_UNUSED = 0, 2  # llama_token_attr flags
+
+
 def avoid_amx_buffers(cpu_flags: Optional[str] = None, system_info: Optional[str] = None) -> bool:
     """True when llama.cpp would put weights in its AMX buffer type, which segfaults on the first decode
     (ggml_backend_amx_mul_mat, seen on Xeons with AMX). Such weights stay in plain CPU buffers instead."""
@@ -170,6 +173,13 @@ class LlamaCppBackend(Backend):
 
     def token_text(self, token: int) -> str:
         return self._piece_bytes(token, True).decode("utf-8", errors="replace")
+
+    def tokenizer_kind(self) -> str:
+        return f"{self.metadata('tokenizer.ggml.model') or ''}/{self.metadata('tokenizer.ggml.pre') or ''}"
+
+    def is_padding(self, token: int) -> bool:
+        attr = self._lib.llama_vocab_get_attr(self._vocab, token)
+        return bool(attr & _ATTR_UNUSED) or (attr == _ATTR_UNDEFINED and self.token_text(token) == "")
 
     # -- cache ----------------------------------------------------------------------------------------
     def truncate(self, keep: int) -> None:

@@ -9,7 +9,8 @@ from localspec.backends.base import Backend
 from localspec.drafters.base import Drafter, NoDrafter
 from localspec.errors import ConfigError
 
-DRAFTERS = ("none", "ngram", "suffix")
+DRAFTERS = ("none", "ngram", "suffix", "draft", "random")
+# "random" proposes random tokens: useless on purpose, a floor for `localspec bench` and the controller
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,10 @@ class DrafterOptions:
     ngram_max: int = 4
     suffix: dict = field(default_factory=dict)  # SuffixParams fields
     suffix_cache_dir: Optional[str] = None
+    draft_model: Optional[str] = None  # path of the draft model's file (--drafter draft)
+    draft_name: Optional[str] = None  # how the user named it, for messages
+    known_drafts: tuple[str, ...] = ()  # the draft models models.toml recommends for the target
+    seed: Optional[int] = None
 
 
 def check_drafter_name(name: str) -> None:
@@ -33,6 +38,11 @@ def make_drafter(name: str, backend: Optional[Backend] = None,
     if name == "ngram":
         from localspec.drafters.ngram import NgramDrafter
         return NgramDrafter(options.ngram_min, options.ngram_max)
+    if name == "draft":
+        return _draft_model(backend, options)
+    if name == "random":
+        from localspec.drafters.random import RandomDrafter
+        return RandomDrafter(backend.vocab_size if backend is not None else 32000, options.seed)
     # the suffix drafter
     from localspec.drafters.suffix import SuffixDrafter, SuffixParams
     from localspec.drafters.suffix_store import AnswerStore
@@ -42,3 +52,27 @@ def make_drafter(name: str, backend: Optional[Backend] = None,
         directory = Path(options.suffix_cache_dir) if options.suffix_cache_dir else None
         store = AnswerStore.for_tokenizer(backend.tokenizer_key(), params.cache_tokens, directory)
     return SuffixDrafter(params, store)
+
+
+def _draft_model(target: Optional[Backend], options: DrafterOptions) -> Drafter:
+    from localspec.backends import load_backend
+    from localspec.drafters.draft_model import DraftModelDrafter
+    from localspec.vocab import shared_vocab
+    if target is None:
+        raise ConfigError("the draft drafter needs a loaded target model")
+    path = options.draft_model
+    if not path and options.known_drafts:  # the target's recommended draft
+        from localspec.registry import resolve_model
+        path = str(resolve_model(options.known_drafts[0])[1])
+    if not path:
+        listed = ", ".join(options.known_drafts) or "none listed in models.toml for this model"
+        raise ConfigError(f"--drafter draft needs --draft-model NAME|PATH (a smaller model with the same "
+                          f"tokenizer); known drafts: {listed}")
+    draft = load_backend(target.name, path, n_ctx=target.n_ctx,
+                         n_threads=getattr(target, "n_threads", None))
+    try:
+        shared = shared_vocab(target, draft, options.known_drafts)
+    except BaseException:
+        draft.close()
+        raise
+    return DraftModelDrafter(draft, shared, target.vocab_size, options.seed)

@@ -10,12 +10,18 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from localspec.sampling import SamplingParams
 from localspec.types import EMPTY_DRAFT, Draft, Verdict
 
 
 class Drafter:
     name = "none"
     needs_hidden_states = False
+    sampling: Optional[SamplingParams] = None  # the target's sampler settings, set by the engine per turn
+
+    def use_sampling(self, sampling: SamplingParams) -> None:
+        """Drafters with their own distributions q draw them with the target's sampler settings."""
+        self.sampling = sampling
 
     def begin(self, prompt: Sequence[int]) -> None:
         pass

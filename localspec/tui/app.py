@@ -81,6 +81,14 @@ class TurnDone(Message):
         self.stats, self.finish, self.error = stats, finish, error
 
 
+class Noted(Message):
+    """A line for the conversation from the engine thread (after a drafter switch, say)."""
+
+    def __init__(self, text: str, error: bool = False) -> None:
+        super().__init__()
+        self.text, self.error = text, error
+
+
 class Failed(Message):
     def __init__(self, error: str) -> None:
         super().__init__()
@@ -298,6 +306,17 @@ class ChatApp(App):
         except LocalspecError as exc:
             self.post_message(Failed(str(exc)))
 
+    def _switch_drafter(self, name: str) -> None:
+        session = self.session
+        try:
+            session.set_drafter(make_drafter(name, session.backend, session.drafter_options))
+        except LocalspecError as exc:
+            self.post_message(Noted(str(exc), error=True))
+            return
+        draft = getattr(session.drafter, "draft", None)
+        extra = f" ({draft.model_name}, {draft.memory_bytes() / 2**20:.0f} MB)" if draft is not None else ""
+        self.post_message(Noted(f"drafter: {name}{extra}"))
+
     def _answer(self) -> None:
         session, stats, finish = self.session, None, "interrupted"
         pieces: list[tuple[str, bool]] = []
@@ -344,8 +363,15 @@ class ChatApp(App):
         if message.plain_tps:
             self.plain_how = f"{CALIBRATION_TOKENS} plain tokens at load"
         self._refresh_status()
+        draft = getattr(message.session.drafter, "draft", None)
+        if draft is not None:
+            await self._note(f"draft model {draft.model_name} loaded ({draft.memory_bytes() / 2**20:.0f} MB)")
         if not self.chat.conversation.messages:
             await self._note("Type a message. /help lists commands; F2 colours tokens from accepted drafts.")
+
+    async def on_noted(self, message: Noted) -> None:
+        await self._note(message.text, error=message.error)
+        self._refresh_status()
 
     async def on_chat_input_submitted(self, message: ChatInput.Submitted) -> None:
         try:
@@ -447,18 +473,13 @@ class ChatApp(App):
             await self._note("new chat")
         elif session is None:
             await self._note("the model is not loaded yet", error=True)
-        elif slash.name == "drafter":
-            try:
-                drafter = make_drafter(slash.arg, session.backend, session.drafter_options)
-            except LocalspecError as exc:
-                await self._note(str(exc), error=True)
-                return
-            session.drafter.close()
-            session.drafter = drafter
-            await self._note(f"drafter: {slash.arg}")
+        elif slash.name == "drafter":  # on the engine thread: a draft model loads there, and runs there
+            self.query_one(StatusBar).update(f" switching to the {slash.arg} drafter…")
+            self._jobs.put(lambda: self._switch_drafter(slash.arg))
+            return
         elif slash.name == "k":
-            session.draft_tokens = slash.arg
-            await self._note(f"draft tokens per step: {slash.arg}")
+            session.set_draft_tokens(slash.arg)
+            await self._note(f"draft tokens per step: {session.speclen.label}")
         elif slash.name == "temp":
             session.sampling = replace(session.sampling, temperature=slash.arg)
             await self._note(f"temperature: {slash.arg:g}" + (" (greedy)" if slash.arg == 0 else ""))
@@ -490,7 +511,7 @@ class ChatApp(App):
         s = self.session
         if s is None:
             return
-        self.query_one(StatusBar).show(s.model_name, s.backend.name, s.drafter.name, s.draft_tokens,
+        self.query_one(StatusBar).show(s.model_name, s.backend.name, s.drafter.name, s.speclen.label,
                                        s.backend.cached_len, s.backend.n_ctx, self.memory_mb(),
                                        f"T={s.sampling.temperature:g}")
 

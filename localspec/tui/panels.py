@@ -58,9 +58,9 @@ class StatsPanel(Static):
 
 
 class StatusBar(Static):
-    def show(self, model: str, backend: str, drafter: str, k: int, ctx_used: int, ctx_size: int,
+    def show(self, model: str, backend: str, drafter: str, k: str, ctx_used: int, ctx_size: int,
              memory_mb: float, note: str = "") -> None:
-        text = (f" {model} · {backend} · {drafter} K={k} · ctx {ctx_used}/{ctx_size} · mem {memory_mb:.0f} MB")
+        text = (f" {model} · {backend} · {drafter} {k} · ctx {ctx_used}/{ctx_size} · mem {memory_mb:.0f} MB")
         self.update(text + (f" · {note}" if note else ""), layout=False)
 
 

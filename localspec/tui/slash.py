@@ -9,8 +9,8 @@ from localspec.drafters import DRAFTERS
 HELP = """\
 Enter sends · Ctrl+J new line · Ctrl+P/Ctrl+N history · Esc or Ctrl+C stops the answer
 F2 colours tokens that came from accepted drafts · Ctrl+Q quits (the chat is saved as you go)
-/drafter NAME    switch drafter (none, ngram, suffix)
-/k N             tokens drafted per step
+/drafter NAME    switch drafter (none, ngram, suffix, draft)
+/k N|auto        tokens drafted per step: fixed, or picked each step
 /temp X          sampling temperature (0 = greedy)
 /system TEXT     set the system prompt
 /clear           start a new chat
@@ -40,9 +40,9 @@ def parse_slash(text: str) -> Optional[Slash]:
         return Slash(name, arg)
     if name == "k":
         if arg == "auto":
-            raise SlashError("/k auto (adaptive speculation length) is not available yet; give a number")
+            return Slash(name, "auto")
         if not arg.isdigit() or int(arg) < 1:
-            raise SlashError("/k needs a whole number of tokens, at least 1")
+            raise SlashError("/k needs a whole number of tokens (at least 1) or auto")
         return Slash(name, int(arg))
     if name == "temp":
         try:

@@ -1,0 +1,20 @@
+"""A drafter that proposes random tokens: useless on purpose. It is the floor `localspec bench` and the
+speculation-length controller are judged against (speculation must never cost much even then)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from localspec.drafters.base import Drafter
+from localspec.types import Draft
+
+
+class RandomDrafter(Drafter):
+    name = "random"
+
+    def __init__(self, vocab_size: int, seed: Optional[int] = None) -> None:
+        self.vocab_size, self.rng = vocab_size, np.random.default_rng(seed)
+
+    def propose(self, context, max_tokens, hidden=None) -> Draft:
+        return Draft.chain(self.rng.integers(0, self.vocab_size, size=max_tokens).tolist())

@@ -66,6 +66,16 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--cost-curve", help="JSON from benchmarks/verify_cost.py: also predict the speedup on "
                                           "the machine it was measured on")
 
+    bench = sub.add_parser("bench", parents=[common],
+                           help="time drafters against plain decoding on a workload; prints a table per kind")
+    bench.add_argument("--drafters", default="none,ngram,suffix",
+                       help="comma-separated methods: drafter names, NAME@K for a fixed K (default: none,ngram,suffix)")
+    bench.add_argument("--prompts", help="workload JSONL in the ../shared/bench format (default: a small built-in one)")
+    bench.add_argument("--cases", help="comma-separated case ids to run (default: all)")
+    bench.add_argument("--json", dest="json_out", metavar="OUT", help="write every figure to this JSON file")
+    bench.add_argument("--plot", metavar="OUT.png", help="bar chart of the ratios to plain (needs matplotlib)")
+    bench.set_defaults(temperature=0.0)  # benchmarks are greedy unless asked otherwise
+
     chat = sub.add_parser("chat", parents=[common], help="multi-turn chat")
     chat.add_argument("--plain", action="store_true", help="line-based chat (also used when not on a terminal)")
     chat.add_argument("--resume", nargs="?", const="latest", metavar="ID",
@@ -78,7 +88,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         from localspec import commands
         return {"run": commands.run_command, "chat": commands.chat_command,
-                "simulate": commands.simulate_command}[args.command](args)
+                "simulate": commands.simulate_command, "bench": commands.bench_command}[args.command](args)
     except LocalspecError as exc:
         print(f"localspec: error: {exc}", file=sys.stderr)
         return 1

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
 
 from localspec.chat import Conversation
 from localspec.chat_store import SavedChat, load_chat
@@ -167,3 +170,32 @@ def read_recorded_chats(path: str) -> list[list[dict]]:
                               f"answer, or prompt and answer)") from exc
         records.append(messages)
     return records
+
+
+def bench_command(args) -> int:
+    from localspec.bench import format_tables, load_cases, make_methods, plot, run_bench
+    from localspec.fileio import atomic_write
+
+    cases = load_cases(args.prompts)
+    if args.cases:
+        wanted = set(args.cases.split(","))
+        cases = [c for c in cases if c["id"] in wanted]
+        if not cases:
+            raise LocalspecError(f"--cases {args.cases}: no such case in the workload")
+    for case in cases:  # --max-tokens caps the workload's own lengths
+        case["max_tokens"] = min(case["max_tokens"], args.max_tokens)
+    args.drafter = "none"  # the methods make their own drafters
+    with Session.from_args(args) as session, tempfile.TemporaryDirectory(prefix="localspec-bench-") as scratch:
+        # the suffix drafters start cold in a scratch cache: the user's cache stays out of (and untouched by) it
+        session.drafter_options = replace(session.drafter_options, suffix_cache_dir=scratch)
+        methods = make_methods(args.drafters, session, args.draft_tokens)
+        print(f"localspec bench — {session.load_report()}; {len(cases)} cases × {len(methods)} methods",
+              file=sys.stderr)
+        report = run_bench(session, methods, cases, seed=args.seed or 0,
+                           progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(format_tables(report))
+    if args.json_out:
+        atomic_write(Path(args.json_out), json.dumps(report, indent=1).encode())
+    if args.plot:
+        plot(report, args.plot)
+    return 0

@@ -75,7 +75,8 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
             k = policy.plan(cap) if cap > 0 else 0
             draft = _cut(drafter.propose(context, k), k) if k > 0 else Draft()
             t1 = time.perf_counter()
-            draft = _cut(draft, policy.trim(draft, t1 - t0))
+            drafting = t1 - t0 - drafter.catchup_s  # what drafting costs, apart from a one-off catch-up
+            draft = _cut(draft, policy.trim(draft, drafting))
             out = backend.forward([context[-1], *draft.tokens])
             verdict = verify_chain(draft, out.logits, sampling, rng, stats.rules)
             backend.truncate(len(context) + verdict.accepted)
@@ -107,7 +108,7 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
             drafter.observe(Verdict(len(draft), from_draft, tuple(emitted)))  # what was really emitted
             stats.record_step(len(draft), from_draft, len(emitted))
             now = time.perf_counter()
-            policy.record(len(draft), verdict.accepted, emitted, t1 - t0, t2 - t1, now - t0)
+            policy.record(len(draft), verdict.accepted, emitted, drafting, t2 - t1, now - t0 - drafter.catchup_s)
             stats.decode_s = now - started
             yield TokenEvent(tuple(emitted), text, from_draft, stats, finish, min(draft_chars, len(text)))
     finally:

@@ -29,9 +29,10 @@ from localspec.types import Draft
 DECAY = 0.9  # per observation of a position: ~10 recent outcomes dominate its acceptance estimate
 PRIOR_ACCEPT, PRIOR_WEIGHT = 0.5, 2.0  # position 1 with no data is a coin flip worth two observations
 COST_EMA = 0.2  # weight of the newest timing in the running averages
-PRIOR_SLOPE = 0.5  # until measured, each extra verified position costs half a single step
+PRIOR_SLOPE = 0.5  # below the smallest measured window, each position costs half a single step
 CHEAP = 0.05  # a drafter whose largest draft costs under this share of a single step is "cheap"
-EXPLORE_EVERY = 32  # steps between verifications of one position more than the plan says
+EXPLORE_EVERY = 16  # proposals between exploring steps, which verify the least-measured window size...
+EXPLORE_NEAR = 0.8  # ...when some length is estimated within this factor of plain decoding's rate
 PROBE_FIRST, PROBE_MAX = 16, 256  # steps between probes of a costly drafter that does not pay
 
 
@@ -75,6 +76,7 @@ class AdaptiveK:
     def __init__(self, max_k: int = 8) -> None:
         self.max_k = max_k
         self._verify: dict[int, float] = {}  # window size n -> running mean seconds
+        self._verify_n: dict[int, int] = {}  # how often each size was measured
         self._overhead: Optional[float] = None  # per-step seconds outside draft and verify
         self.reset_drafter()
 
@@ -89,6 +91,7 @@ class AdaptiveK:
         self._hits = [0.0] * (self.max_k + 1)
         self._fit = [0.0] * 5  # decayed sums for draft(k) = a + b k: n, k, kk, t, kt
         self._full: Optional[Draft] = None  # the last proposal, before trimming
+        self._asked = 0  # tokens the last plan asked the drafter for
         self._shadow: list[int] = []  # an unverified point-mass proposal being compared with the output
         self._shadow_pos = 0
         self._never_pays = self._probing = False
@@ -122,7 +125,10 @@ class AdaptiveK:
         return out
 
     def verify_cost(self, n: int) -> Optional[float]:
-        """Seconds for a forward of n positions: measured, else interpolated/extrapolated from what is."""
+        """Seconds for a forward of n positions: measured, else interpolated between measured sizes. Past
+        the largest measured size it is optimistic (no dearer than that size), so a bigger window that
+        might pay gets tried and measured instead of being ruled out by a guess; below the smallest it
+        assumes PRIOR_SLOPE single steps per position."""
         if n in self._verify:
             return self._verify[n]
         known = sorted(self._verify)
@@ -133,14 +139,10 @@ class AdaptiveK:
         if lo and hi:
             a, b = lo[-1], hi[0]
             return self._verify[a] + (self._verify[b] - self._verify[a]) * (n - a) / (b - a)
-        near = lo[-1] if lo else hi[0]
-        base = self._verify[near]
-        slope = PRIOR_SLOPE * self._verify.get(1, base / (1 + PRIOR_SLOPE * (near - 1)))
-        pair = (lo[-2:] if lo else hi[:2])
-        if len(pair) == 2 and pair[0] != pair[1]:
-            measured = (self._verify[pair[1]] - self._verify[pair[0]]) / (pair[1] - pair[0])
-            slope = min(max(measured, 0.0), base)  # noise must not make a bigger window free or absurd
-        return max(base + slope * (n - near), 0.3 * base)
+        if lo:
+            return self._verify[lo[-1]]
+        near = hi[0]
+        return self._verify[near] * (1 + PRIOR_SLOPE * (n - 1)) / (1 + PRIOR_SLOPE * (near - 1))
 
     def draft_cost(self, k: int) -> float:
         n, sk, skk, st, skt = self._fit
@@ -173,6 +175,10 @@ class AdaptiveK:
     # -- the three calls of a step ----------------------------------------------------------------------
     def plan(self, cap: int) -> int:
         """How many tokens to ask the drafter for."""
+        self._asked = self._plan(cap)
+        return self._asked
+
+    def _plan(self, cap: int) -> int:
         if cap <= 0:
             return 0
         if self._cheap(cap) or not self._verify:
@@ -198,10 +204,13 @@ class AdaptiveK:
         if not len(draft) or not self._verify or self._probing:
             self._probing = False
             return len(draft)
-        best = _argmax(self.rates(len(draft), draft_s))
+        rates = self.rates(len(draft), draft_s)
+        best = _argmax(rates)
         self._steps += 1
-        if 0 < best < len(draft) and self._steps % EXPLORE_EVERY == 0:
-            best += 1  # now and then one position more than planned: costs and acceptance out there stay known
+        if self._steps % EXPLORE_EVERY == 0 and max(rates[1:]) >= EXPLORE_NEAR * rates[0]:
+            # now and then the least-measured length: one noisy first timing must not rule a size out for
+            # good, and acceptance further out stays known
+            best = min(range(1, len(draft) + 1), key=lambda k: (self._verify_n.get(k + 1, 0), -k))
         if best == 0 and draft.q is None and not self._shadow:
             self._shadow, self._shadow_pos = list(draft.tokens), 0
         return best
@@ -212,12 +221,15 @@ class AdaptiveK:
         `emitted` is what the step output; times in seconds."""
         self._chosen.append(verified)
         n = verified + 1
-        old = self._verify.get(n)
-        self._verify[n] = verify_s if old is None else old + COST_EMA * (verify_s - old)
+        count = self._verify_n[n] = self._verify_n.get(n, 0) + 1
+        old = self._verify.get(n, verify_s)
+        if count > 3:
+            verify_s = min(verify_s, 2 * old)  # a stray slow step (the collector, another process) is clipped
+        self._verify[n] = old + max(COST_EMA, 1 / count) * (verify_s - old)  # a plain mean until it settles
         rest = max(0.0, step_s - draft_s - verify_s)
         self._overhead = rest if self._overhead is None else self._overhead + COST_EMA * (rest - self._overhead)
-        if self._full is not None and len(self._full):
-            self._fit_draft(len(self._full), draft_s)
+        if self._asked:
+            self._fit_draft(self._asked, draft_s)
         for i in range(1, verified + 1):
             if i > accepted + 1:
                 break
@@ -252,6 +264,8 @@ class AdaptiveK:
 
     def _fit_draft(self, k: int, seconds: float) -> None:
         f = self._fit
+        if f[0] >= 3:  # a stray slow call (a page fault, the collector) must not make a drafter look costly
+            seconds = min(seconds, 3 * self.draft_cost(k) + 1e-4)
         for j, value in enumerate((1.0, k, k * k, seconds, k * seconds)):
             f[j] = DECAY * f[j] + value
 

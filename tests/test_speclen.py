@@ -98,12 +98,13 @@ def test_costly_drafter_that_pays_is_used_then_probed_when_it_stops_paying():
     assert len(late) <= 6 and (len(gaps) < 2 or gaps[-1] > gaps[0])  # ever rarer probes
 
 
-def test_verify_cost_interpolates_and_extrapolates():
+def test_verify_cost_interpolates_and_is_optimistic_past_what_was_measured():
     ctl = AdaptiveK(8)
-    for n, s in ((1, 0.010), (3, 0.020)):
+    for n, s in ((2, 0.010), (4, 0.020)):
         ctl.record(n - 1, 0, [0], 0.0, s, s)
-    assert ctl.verify_cost(2) == pytest.approx(0.015)
-    assert ctl.verify_cost(5) == pytest.approx(0.030)
+    assert ctl.verify_cost(3) == pytest.approx(0.015)
+    assert ctl.verify_cost(7) == pytest.approx(0.020)  # untried: assumed no dearer, so it gets tried
+    assert ctl.verify_cost(1) == pytest.approx(0.010 / 1.5)  # the prior slope below the smallest size
 
 
 def test_fixed_k_verifies_everything():

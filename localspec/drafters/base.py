@@ -18,6 +18,7 @@ class Drafter:
     name = "none"
     needs_hidden_states = False
     sampling: Optional[SamplingParams] = None  # the target's sampler settings, set by the engine per turn
+    catchup_s = 0.0  # seconds the last propose spent catching up on context rather than drafting
 
     def use_sampling(self, sampling: SamplingParams) -> None:
         """Drafters with their own distributions q draw them with the target's sampler settings."""

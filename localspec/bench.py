@@ -51,7 +51,9 @@ def load_cases(path: Optional[str] = None) -> list[dict]:
             continue
         try:
             case = json.loads(line)
-            messages, kind, case_id = case["messages"], case["kind"], case["id"]
+            messages = case["messages"]
+            if not (isinstance(case["id"], str) and isinstance(case["kind"], str) and isinstance(messages, list)):
+                raise TypeError("id and kind must be strings, messages a list")
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"{where}, line {number}: not a workload case (needs id, kind, messages): "
                               f"{exc}") from exc

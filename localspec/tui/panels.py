@@ -36,6 +36,7 @@ class StatsPanel(Static):
             t.append(f" accepted  {'-' if rate is None else f'{rate:.0%}'}"
                      f" ({stats['accepted']}/{stats['drafted']})\n")
             t.append(f" tau       {stats['mean_accepted_length']:.2f} tok/step\n")
+            t.append(f" verified  {stats['drafted'] / stats['steps']:.2f} draft tok/step\n")
             t.append(f" decode    {stats['decode_tok_s']:.1f} tok/s\n")
             if plain_tps and stats["decode_tok_s"]:
                 t.append(f" speedup   {stats['decode_tok_s'] / plain_tps:.2f}x", style="bold")
@@ -48,7 +49,9 @@ class StatsPanel(Static):
             by_pos = stats.get("acceptance_by_position") or []
             if by_pos:
                 t.append("Per draft position\n", style="bold")
-                for i, r in enumerate(by_pos[:8]):
+                # as many positions as fit above the trend lines (8 in a tall terminal, fewer at 80x24)
+                room = self.size.height - 14 if self.size.height else 8
+                for i, r in enumerate(by_pos[:max(2, min(8, room))]):
                     t.append(f" {i + 1:>2} {bar(r)} {r:4.0%}\n")
         if history:
             t.append("Last turns\n", style="bold")

@@ -17,10 +17,14 @@ from localspec.errors import ConfigError
 from localspec.fileio import atomic_write
 
 
+def data_dir() -> Path:
+    """$LOCALSPEC_DATA, else $XDG_DATA_HOME/localspec (~/.local/share/localspec)."""
+    return Path(os.environ.get("LOCALSPEC_DATA") or os.path.join(
+        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "localspec"))
+
+
 def chats_dir() -> Path:
-    base = os.environ.get("LOCALSPEC_DATA") or os.path.join(
-        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "localspec")
-    return Path(base) / "chats"
+    return data_dir() / "chats"
 
 
 @dataclass

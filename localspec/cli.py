@@ -36,8 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "0..8 each step from measured costs and acceptance; 'auto:N' caps it at N")
     g.add_argument("--draft-model", help="--drafter draft: the draft model, a name or a .gguf path "
                                          "(default: the first of the target's 'drafts' in models.toml)")
-    g.add_argument("--ngram-min", type=int, default=2, help="shortest n-gram the ngram drafter matches")
-    g.add_argument("--ngram-max", type=int, default=4, help="longest n-gram the ngram drafter matches")
+    g.add_argument("--ngram-min", type=int, help="shortest n-gram the ngram drafter matches (2)")
+    g.add_argument("--ngram-max", type=int, help="longest n-gram the ngram drafter matches (4)")
     g.add_argument("--suffix-max-depth", type=int, help="suffix drafter: longest context it matches + drafts (64)")
     g.add_argument("--suffix-min-prob", type=float, help="suffix drafter: stop a draft below this confidence (0.5)")
     g.add_argument("--suffix-factor", type=float, help="suffix drafter: draft at most factor x match length (1.0)")
@@ -76,6 +76,22 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--plot", metavar="OUT.png", help="bar chart of the ratios to plain (needs matplotlib)")
     bench.set_defaults(temperature=0.0)  # benchmarks are greedy unless asked otherwise
 
+    pull = sub.add_parser("pull", help="download a model (and its recommended draft and EAGLE head) into the "
+                                       "Hugging Face cache, or register a local .gguf file under a name")
+    pull.add_argument("model", help="a name from models.toml, or a path to a .gguf file (with --name)")
+    pull.add_argument("--name", help="the name for a local .gguf file")
+    pull.add_argument("--backend", choices=["llama.cpp", "mlx", "torch"],
+                      help="which source to download (default: mlx on Apple silicon when there is one, else llama.cpp)")
+    pull.add_argument("--quant", help="GGUF quantization, e.g. Q4_K_M or Q8_0 (default: the model's in models.toml)")
+    pull.add_argument("--revision", help="a branch, tag or commit of the Hub repository")
+    pull.add_argument("--no-drafts", action="store_true", help="do not also pull the recommended draft and EAGLE head")
+
+    ls = sub.add_parser("list", help="the models localspec knows, what is downloaded, and which drafters fit")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+
+    rm = sub.add_parser("rm", help="delete a model's downloaded files from the Hugging Face cache")
+    rm.add_argument("model", help="a name from models.toml")
+
     chat = sub.add_parser("chat", parents=[common], help="multi-turn chat")
     chat.add_argument("--plain", action="store_true", help="line-based chat (also used when not on a terminal)")
     chat.add_argument("--resume", nargs="?", const="latest", metavar="ID",
@@ -88,7 +104,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         from localspec import commands
         return {"run": commands.run_command, "chat": commands.chat_command,
-                "simulate": commands.simulate_command, "bench": commands.bench_command}[args.command](args)
+                "simulate": commands.simulate_command, "bench": commands.bench_command,
+                "pull": commands.pull_command, "list": commands.list_command,
+                "rm": commands.rm_command}[args.command](args)
     except LocalspecError as exc:
         print(f"localspec: error: {exc}", file=sys.stderr)
         return 1

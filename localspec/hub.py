@@ -58,7 +58,8 @@ def pull(name: str, backend: Optional[str] = None, quant: Optional[str] = None, 
         head = entry.eagle.get(backend)
         if head:
             say(f"EAGLE head {head}")
-            done.append(Pulled(f"{name} eagle", backend, _snapshot(head, None, say), 0))
+            # EAGLE heads were released as pytorch_model.bin as well as safetensors
+            done.append(Pulled(f"{name} eagle", backend, _snapshot(head, None, say, ("*.safetensors", "*.bin")), 0))
     return done
 
 
@@ -94,14 +95,22 @@ def download_file(repo: str, filename: str, revision: Optional[str] = None) -> P
     return path
 
 
-def _snapshot(repo: str, revision: Optional[str], say) -> Path:
+def _snapshot(repo: str, revision: Optional[str], say, weights=("*.safetensors",)) -> Path:
+    """A model repository's weights, config and tokenizer (not its README, images or other formats)."""
     hf = _hf()
     try:
-        return Path(hf.snapshot_download(repo, revision=revision,
-                                         allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model",
-                                                         "tokenizer*", "*.py"]))
+        folder = Path(hf.snapshot_download(repo, revision=revision, tqdm_class=_progress_class(),
+                                           allow_patterns=["*.json", "*.txt", "*.model", "tokenizer*", *weights]))
+        listing = [] if hf.constants.HF_HUB_OFFLINE else list(
+            hf.HfApi().list_repo_tree(repo, revision=revision, recursive=True))
     except Exception as exc:
         raise _explain(exc, repo, None) from exc
+    for item in listing:  # large files carry their sha256: check each one that came
+        local = folder / getattr(item, "path", "")
+        lfs = getattr(item, "lfs", None)
+        if lfs is not None and local.is_file():
+            _verify(local, lfs.size, lfs.sha256, repo, item.path)
+    return folder
 
 
 def _verify(path: Path, size: Optional[int], etag: Optional[str], repo: str, filename: str) -> None:

@@ -1,6 +1,8 @@
 """A stand-in for the Hugging Face Hub on 127.0.0.1: just what huggingface-hub's file downloads ask for.
 
     HEAD/GET /{repo}/resolve/{revision}/{file}   X-Repo-Commit, X-Linked-Etag (sha256), X-Linked-Size; Range
+    GET /api/models/{repo}[/revision/{rev}]      repo info (its commit), for snapshot downloads
+    GET /api/models/{repo}/tree/{rev}            the file listing, with sizes and sha256
     404 with X-Error-Code: RepoNotFound / EntryNotFound, as the Hub answers
 
 Faults for the tests: `drop_once` cuts the first GET of a file after half its bytes (the client must resume
@@ -9,6 +11,7 @@ with a Range request); `corrupt` serves other bytes of the right size under the 
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
@@ -48,9 +51,33 @@ class Hub:
             def do_GET(self) -> None:
                 self._answer(body=True)
 
+            def _api(self, rest: str) -> None:
+                repo = next((r for r in hub.repos if rest == r or rest.startswith(r + "/")), None)
+                if repo is None:
+                    return self._json(404, {"error": "Repository not found"}, "RepoNotFound")
+                if rest[len(repo):].startswith("/tree/"):
+                    files = [{"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest(),
+                              "lfs": {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 130}}
+                             for name, data in hub.repos[repo].items()]
+                    return self._json(200, files)
+                return self._json(200, {"id": repo, "modelId": repo, "sha": COMMIT, "private": False,
+                                        "siblings": [{"rfilename": n} for n in hub.repos[repo]]})
+
+            def _json(self, status: int, payload, error: Optional[str] = None) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                if error:
+                    self.send_header("X-Error-Code", error)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             def _answer(self, body: bool) -> None:
                 path = unquote(urlparse(self.path).path)
                 hub.requests.append((self.command, path, self.headers.get("Range")))
+                if path.startswith("/api/models/"):
+                    return self._api(path[len("/api/models/"):])
                 found = hub.lookup(path)
                 if isinstance(found, str):
                     self.send_response(404)

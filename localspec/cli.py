@@ -27,6 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
                                          "(default: the registry's default, SmolLM2-135M)")
     g.add_argument("--ctx", type=int, help="context length in tokens (default: the model's, at most 4096)")
     g.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    g.add_argument("--backend", default="llama.cpp", choices=["llama.cpp", "torch"],
+                   help="llama.cpp (default: GGUF on CPU/GPU) or torch (a GGUF or Hugging Face folder; CUDA when present)")
     g.add_argument("--gpu-layers", type=int, default=0,
                    help="layers to offload with a CUDA/Metal/Vulkan build of llama.cpp (-1: all)")
     g = common.add_argument_group("speculation")

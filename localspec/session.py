@@ -38,7 +38,7 @@ class Session:
         registry = load_registry()
         entry = model_entry(args.model, registry)
         name, path = resolve_model(args.model, registry)
-        backend = load_backend("llama.cpp", path, n_ctx=args.ctx, n_threads=args.threads,
+        backend = load_backend(getattr(args, "backend", "llama.cpp"), path, n_ctx=args.ctx, n_threads=args.threads,
                                n_gpu_layers=args.gpu_layers, on_load=on_load)
         options = drafter_options(args, entry, registry)
         try:

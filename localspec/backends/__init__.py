@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from localspec.errors import ConfigError
 
-BACKENDS = ("llama.cpp",)
+BACKENDS = ("llama.cpp", "torch")
 
 
 def load_backend(name: str, path: str, **options):
@@ -11,4 +11,9 @@ def load_backend(name: str, path: str, **options):
     if name == "llama.cpp":
         from localspec.backends.llama_cpp import LlamaCppBackend
         return LlamaCppBackend(path, **options)
+    if name == "torch":
+        from localspec.backends.torch_backend import TorchBackend
+        options.pop("n_gpu_layers", None)
+        options.pop("on_load", None)
+        return TorchBackend(path, **options)
     raise ConfigError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")

@@ -83,13 +83,16 @@ class LlamaCppBackend(Backend):
 
     def __init__(self, path, *, n_ctx: Optional[int] = None, n_threads: Optional[int] = None,
                  n_gpu_layers: int = 0, n_batch: int = 512, extra_buffers: Optional[bool] = None,
-                 on_load: Optional[Callable[[float], None]] = None) -> None:
+                 on_load: Optional[Callable[[float], None]] = None, vocab_only: bool = False) -> None:
+        """vocab_only: load the tokenizer and metadata, no weights and no context (a tokenizer for other
+        backends reading the same GGUF)."""
         super().__init__()
         self.path = check_gguf(path)
         lib = self._lib = _lib()
         self._model = self._ctx = self._batch = None
         mparams = lib.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
+        mparams.vocab_only = vocab_only
         if extra_buffers is not None:
             mparams.use_extra_bufts = extra_buffers
         elif avoid_amx_buffers():
@@ -113,6 +116,10 @@ class LlamaCppBackend(Backend):
         if self.n_ctx < 16:
             raise ConfigError(f"--ctx must be at least 16, got {self.n_ctx}")
         threads = n_threads or os.cpu_count() or 1
+        self.n_threads = threads
+        self._init_vocab()
+        if vocab_only:
+            return
         cparams = lib.llama_context_default_params()
         cparams.n_ctx = self.n_ctx
         cparams.n_batch = cparams.n_ubatch = self.n_batch = min(n_batch, self.n_ctx)
@@ -125,7 +132,9 @@ class LlamaCppBackend(Backend):
                              f"{_last_error()}; try a smaller --ctx")
         self._mem = lib.llama_get_memory(self._ctx)
         self._batch = lib.llama_batch_init(self.n_batch, 0, 1)
-        self.n_threads = threads
+
+    def _init_vocab(self) -> None:
+        lib = self._lib
         self.bos_token = self._special(lib.llama_vocab_bos(self._vocab))
         self.eos_token = self._special(lib.llama_vocab_eos(self._vocab))
         self.add_bos = bool(lib.llama_vocab_get_add_bos(self._vocab))

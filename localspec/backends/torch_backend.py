@@ -1,0 +1,195 @@
+"""The PyTorch backend: `torch_decoder.Decoder` behind the Backend interface, with hidden states.
+
+Loads a GGUF file: weights dequantized with the `gguf` package, tokenizer and chat template from the same
+file through llama.cpp's vocabulary-only loader. bf16 on CUDA, fp32 on CPU. (Hugging Face checkpoint
+folders are not supported yet.)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from localspec.backends.base import Backend, Capabilities, Progress
+from localspec.errors import ConfigError, ContextOverflow, ModelError
+from localspec.types import ForwardOut
+
+DEFAULT_CTX = 4096
+PREFILL_CHUNK = 256
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as exc:
+        raise ConfigError("the torch backend needs PyTorch: pip install 'localspec[torch]'") from exc
+    return torch
+
+
+class TorchBackend(Backend):
+    name = "torch"
+    capabilities = Capabilities(can_truncate=True, hidden_states=True, tree_attention=False)
+
+    def __init__(self, path, *, n_ctx: Optional[int] = None, n_threads: Optional[int] = None,
+                 device: Optional[str] = None, dtype: Optional[str] = None, hidden_layers: Sequence[int] = (-1,),
+                 **_ignored) -> None:
+        super().__init__()
+        torch = _torch()
+        self.path = Path(path)
+        if not self.path.exists():
+            raise ModelError(f"{self.path} not found")
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
+        if n_threads:
+            torch.set_num_threads(n_threads)
+        if self.path.is_dir():
+            raise ConfigError(f"{self.path}: Hugging Face checkpoint folders are not supported by the torch "
+                              f"backend yet; give it the model's GGUF file")
+        else:
+            from localspec.backends.llama_cpp import LlamaCppBackend
+            self.model = load_gguf(self.path, self.dtype)
+            self.tokenizer = LlamaCppBackend(self.path, n_ctx=n_ctx or DEFAULT_CTX, vocab_only=True)
+        self._setup(n_ctx, hidden_layers)
+
+    @classmethod
+    def from_decoder(cls, model, tokenizer: Backend, n_ctx: int = 512, hidden_layers: Sequence[int] = (-1,)):
+        """A backend around a Decoder built in memory (tests, tools) and any tokenizer backend."""
+        self = cls.__new__(cls)
+        Backend.__init__(self)
+        self.path, self.model, self.tokenizer = Path("<memory>"), model, tokenizer
+        p = next(model.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        self._setup(n_ctx, hidden_layers)
+        return self
+
+    def _setup(self, n_ctx: Optional[int], hidden_layers: Sequence[int]) -> None:
+        self.model.to(self.device).eval()
+        cfg = self.model.cfg
+        self.n_ctx = min(n_ctx or DEFAULT_CTX, cfg.max_positions)
+        self.model.allocate_cache(self.n_ctx)
+        self.vocab_size = cfg.vocab_size
+        tok = self.tokenizer
+        self.eog_tokens, self.bos_token, self.eos_token = tok.eog_tokens, tok.bos_token, tok.eos_token
+        self.add_bos, self.chat_template, self.model_name = tok.add_bos, tok.chat_template, tok.model_name
+        self.hidden_layers = tuple(hidden_layers)
+
+    # -- tokenizer (delegated) --------------------------------------------------------------------------
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
+        return self.tokenizer.tokenize(text, special)
+
+    def token_bytes(self, token: int) -> bytes:
+        return self.tokenizer.token_bytes(token)
+
+    def token_text(self, token: int) -> str:
+        return self.tokenizer.token_text(token)
+
+    def tokenizer_kind(self) -> str:
+        return self.tokenizer.tokenizer_kind()
+
+    def is_padding(self, token: int) -> bool:
+        return self.tokenizer.is_padding(token)
+
+    # -- cache ----------------------------------------------------------------------------------------
+    def truncate(self, keep: int) -> None:
+        del self._tokens[max(0, keep):]  # positions past the length are simply overwritten later
+
+    def prefill(self, tokens: Sequence[int], progress: Progress = None) -> None:
+        for start in range(0, len(tokens), PREFILL_CHUNK):
+            chunk = tokens[start:start + PREFILL_CHUNK]
+            self._run(chunk, logits=False)
+            if progress is not None:
+                progress(start + len(chunk), len(tokens))
+
+    def forward(self, tokens: Sequence[int], return_hidden: bool = False) -> ForwardOut:
+        logits, hidden = self._run(tokens, logits=True, hidden=self.hidden_layers if return_hidden else ())
+        out_hidden = None
+        if return_hidden:
+            out_hidden = np.stack([hidden[i].float().cpu().numpy() for i in self.hidden_layers], axis=0)
+        return ForwardOut(logits.cpu().numpy(), out_hidden)
+
+    def _run(self, tokens: Sequence[int], logits: bool, hidden: Sequence[int] = ()):
+        torch = _torch()
+        start = len(self._tokens)
+        if start + len(tokens) > self.n_ctx:
+            raise ContextOverflow(f"the context is full ({self.n_ctx} tokens); start a new chat or raise --ctx")
+        ids = torch.tensor(list(tokens), dtype=torch.long, device=self.device)
+        out = self.model(ids, start, logits=logits, hidden_layers=hidden)
+        self._tokens.extend(int(t) for t in tokens)
+        return out
+
+    def memory_bytes(self) -> int:
+        model = self.model
+        params = sum(p.numel() * p.element_size() for p in model.parameters())
+        cache = 0 if model.k_cache is None else 2 * model.k_cache.numel() * model.k_cache.element_size()
+        return params + cache
+
+    def close(self) -> None:
+        self.model = None
+        if getattr(self, "tokenizer", None) is not None:
+            self.tokenizer.close()
+
+
+# -- GGUF ------------------------------------------------------------------------------------------------
+_LAYER_NAMES = {"attn_norm": "attn_norm", "attn_q": "q", "attn_k": "k", "attn_v": "v", "attn_output": "o",
+                "ffn_norm": "mlp_norm", "ffn_gate": "gate", "ffn_up": "up", "ffn_down": "down"}
+SUPPORTED = ("llama", "qwen2", "mistral")
+
+
+def load_gguf(path: Path, dtype):
+    """A Decoder with the weights of a GGUF file, dequantized."""
+    torch = _torch()
+    try:
+        import gguf
+    except ImportError as exc:
+        raise ConfigError("reading GGUF weights into PyTorch needs the gguf package: pip install gguf") from exc
+    from localspec.backends.torch_decoder import Decoder, DecoderConfig
+    from localspec.gguf_meta import read_metadata
+    meta = read_metadata(path)
+    arch = meta.get("general.architecture")
+    if arch not in SUPPORTED:
+        raise ModelError(f"{path}: architecture {arch!r} is not one the torch backend implements "
+                         f"({', '.join(SUPPORTED)}); use the llama.cpp backend")
+    reader = gguf.GGUFReader(str(path))
+    tensors = {t.name: t for t in reader.tensors}
+
+    def weight(name: str) -> np.ndarray:
+        t = tensors[name]
+        data = gguf.quants.dequantize(t.data, t.tensor_type)
+        return np.asarray(data, dtype=np.float32).reshape(tuple(int(d) for d in reversed(t.shape)))
+
+    a = f"{arch}."
+    n_heads, hidden = int(meta[a + "attention.head_count"]), int(meta[a + "embedding_length"])
+    n_kv = int(meta.get(a + "attention.head_count_kv", n_heads))
+    head_dim = int(meta.get(a + "attention.key_length", hidden // n_heads))
+    embed = weight("token_embd.weight")
+    cfg = DecoderConfig(
+        vocab_size=embed.shape[0], hidden_size=hidden, intermediate_size=int(meta[a + "feed_forward_length"]),
+        n_layers=int(meta[a + "block_count"]), n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim,
+        rms_eps=float(meta.get(a + "attention.layer_norm_rms_epsilon", 1e-5)),
+        rope_theta=float(meta.get(a + "rope.freq_base", 10000.0)), attn_bias="blk.0.attn_q.bias" in tensors,
+        tie_embeddings="output.weight" not in tensors, max_positions=int(meta.get(a + "context_length", 4096)),
+        rope_freq_factors=tuple(weight("rope_freqs.weight").tolist()) if "rope_freqs.weight" in tensors else None)
+    state = {"embed.weight": embed, "norm.weight": weight("output_norm.weight")}
+    if not cfg.tie_embeddings:
+        state["lm_head.weight"] = weight("output.weight")
+    for i in range(cfg.n_layers):
+        for src, dst in _LAYER_NAMES.items():
+            for part in ("weight", "bias"):
+                name = f"blk.{i}.{src}.{part}"
+                if name in tensors:
+                    w = weight(name)
+                    if arch != "qwen2" and src in ("attn_q", "attn_k"):
+                        # llama.cpp's converter interleaves q/k rows for its rotary layout; undo it
+                        w = _unpermute(w, n_heads if src == "attn_q" else n_kv)
+                    state[f"layers.{i}.{dst}.{part}"] = w
+    model = Decoder(cfg)
+    missing, unexpected = model.load_state_dict({k: torch.tensor(v) for k, v in state.items()}, strict=False)
+    if [m for m in missing if m != "inv_freq"] or unexpected:
+        raise ModelError(f"{path}: tensors missing {missing[:3]} / unexpected {unexpected[:3]} for a {arch} model")
+    return model.to(dtype)
+
+
+def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
+    shape = w.shape
+    return w.reshape(n_head, shape[0] // n_head // 2, 2, *shape[1:]).swapaxes(1, 2).reshape(shape)

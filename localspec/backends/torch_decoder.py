@@ -1,0 +1,140 @@
+"""A compact PyTorch decoder for the Llama / Qwen2 / Mistral family, with a static KV cache.
+
+RMSNorm, rotary position embeddings (HF's rotate-half layout, Llama-3 frequency scaling), grouped-query
+attention through SDPA, SwiGLU MLP, optional q/k/v bias (Qwen2) and tied embeddings. The cache is a fixed
+[layers, positions, kv heads, head dim] buffer indexed by position: truncating is only moving the length.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    rms_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: Optional[dict] = None  # {"rope_type": "llama3", "factor", "low_freq_factor", ...}
+    attn_bias: bool = False
+    tie_embeddings: bool = False
+    max_positions: int = 4096
+    rope_freq_factors: Optional[tuple] = field(default=None, repr=False)  # GGUF's rope_freqs tensor
+
+
+def rope_inv_freq(cfg: DecoderConfig) -> torch.Tensor:
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim))
+    scaling = cfg.rope_scaling or {}
+    if scaling.get("rope_type", scaling.get("type")) == "llama3":
+        # Llama 3.1: long wavelengths are slowed down by `factor`, short ones kept, a smooth blend between
+        factor, low, high = scaling["factor"], scaling.get("low_freq_factor", 1.0), scaling.get("high_freq_factor", 4.0)
+        old = scaling.get("original_max_position_embeddings", 8192)
+        wavelen = 2 * math.pi / inv
+        smooth = ((old / wavelen) - low) / (high - low)
+        blended = (1 - smooth) * inv / factor + smooth * inv
+        inv = torch.where(wavelen > old / low, inv / factor, torch.where(wavelen < old / high, inv, blended))
+    elif scaling.get("rope_type", scaling.get("type")) == "linear":
+        inv = inv / scaling["factor"]
+    if cfg.rope_freq_factors is not None:
+        inv = inv / torch.tensor(cfg.rope_freq_factors, dtype=torch.float64)
+    return inv.float()
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: [T, heads, head_dim]; cos/sin: [T, 1, head_dim/2] (HF's rotate-half layout)."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        h, hd = cfg.hidden_size, cfg.head_dim
+        self.attn_norm = RMSNorm(h, cfg.rms_eps)
+        self.q = nn.Linear(h, cfg.n_heads * hd, bias=cfg.attn_bias)
+        self.k = nn.Linear(h, cfg.n_kv_heads * hd, bias=cfg.attn_bias)
+        self.v = nn.Linear(h, cfg.n_kv_heads * hd, bias=cfg.attn_bias)
+        self.o = nn.Linear(cfg.n_heads * hd, h, bias=False)
+        self.mlp_norm = RMSNorm(h, cfg.rms_eps)
+        self.gate = nn.Linear(h, cfg.intermediate_size, bias=False)
+        self.up = nn.Linear(h, cfg.intermediate_size, bias=False)
+        self.down = nn.Linear(cfg.intermediate_size, h, bias=False)
+
+
+class Decoder(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)
+        self.k_cache: Optional[torch.Tensor] = None
+        self.v_cache: Optional[torch.Tensor] = None
+
+    def allocate_cache(self, n_ctx: int) -> None:
+        cfg, p = self.cfg, next(self.parameters())
+        shape = (cfg.n_layers, n_ctx, cfg.n_kv_heads, cfg.head_dim)
+        self.k_cache = torch.zeros(shape, dtype=p.dtype, device=p.device)
+        self.v_cache = torch.zeros(shape, dtype=p.dtype, device=p.device)
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, start: int, logits: bool = True,
+                hidden_layers: Sequence[int] = ()) -> tuple[Optional[torch.Tensor], dict]:
+        """Run tokens at positions start.. start+T-1 against the cache (which they extend). Returns logits
+        [T, vocab] (float32) and the hidden states asked for: layer index -> [T, hidden] (-1: the last
+        layer after the final norm, what the LM head sees)."""
+        cfg = self.cfg
+        n = tokens.shape[0]
+        end = start + n
+        pos = torch.arange(start, end, device=tokens.device, dtype=torch.float32)
+        angles = torch.outer(pos, self.inv_freq)[:, None, :]
+        cos, sin = angles.cos().to(self.k_cache.dtype), angles.sin().to(self.k_cache.dtype)
+        mask = torch.ones(n, end, dtype=torch.bool, device=tokens.device).tril(diagonal=start)
+        x = self.embed(tokens)
+        hidden = {}
+        for i, layer in enumerate(self.layers):
+            if i in hidden_layers:
+                hidden[i] = x
+            h = layer.attn_norm(x)
+            q = rotate(layer.q(h).view(n, cfg.n_heads, cfg.head_dim), cos, sin)
+            k = rotate(layer.k(h).view(n, cfg.n_kv_heads, cfg.head_dim), cos, sin)
+            self.k_cache[i, start:end] = k
+            self.v_cache[i, start:end] = layer.v(h).view(n, cfg.n_kv_heads, cfg.head_dim)
+            keys, values = self.k_cache[i, :end].transpose(0, 1), self.v_cache[i, :end].transpose(0, 1)
+            out = F.scaled_dot_product_attention(q.transpose(0, 1), keys, values, attn_mask=mask,
+                                                 enable_gqa=cfg.n_heads != cfg.n_kv_heads)
+            x = x + layer.o(out.transpose(0, 1).reshape(n, cfg.n_heads * cfg.head_dim))
+            h = layer.mlp_norm(x)
+            x = x + layer.down(F.silu(layer.gate(h)) * layer.up(h))
+        x = self.norm(x)
+        if -1 in hidden_layers:
+            hidden[-1] = x
+        if not logits:
+            return None, hidden
+        head = self.embed.weight if self.lm_head is None else self.lm_head.weight
+        return (x @ head.T).float(), hidden

@@ -132,3 +132,78 @@ def test_parity_with_llama_cpp_on_smollm2():
     assert identical >= 5
     lb.close()
     tb.close()
+
+
+HF_NAMES = {"attn_norm": "input_layernorm", "q": "self_attn.q_proj", "k": "self_attn.k_proj",
+            "v": "self_attn.v_proj", "o": "self_attn.o_proj", "mlp_norm": "post_attention_layernorm",
+            "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def write_hf_checkpoint(folder, model_type, seed=0):
+    """A tiny checkpoint in the Hugging Face layout: config.json, model.safetensors (HF tensor names),
+    and a byte-level BPE tokenizer.json trained here with the tokenizers package."""
+    import json
+    from safetensors.torch import save_file
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = ["hello world, the quick brown fox jumps over the lazy dog", "def add(a, b):\n    return a + b"] * 20
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=320, special_tokens=["<|im_start|>", "<|im_end|>"],
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.save(str(folder / "tokenizer.json"))
+    vocab = tok.get_vocab_size()
+    cfg = {"model_type": model_type, "vocab_size": vocab, "hidden_size": 32, "intermediate_size": 64,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6,
+           "rope_theta": 10000.0, "tie_word_embeddings": model_type == "qwen2", "max_position_embeddings": 512}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML, "eos_token": "<|im_end|>"}))
+    torch.manual_seed(seed)
+    model = Decoder(DecoderConfig(vocab, 32, 64, 2, 4, 2, 8, rms_eps=1e-6, attn_bias=model_type == "qwen2",
+                                  tie_embeddings=model_type == "qwen2", max_positions=512))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(4.0)
+    state = {"model.embed_tokens.weight": model.embed.weight, "model.norm.weight": model.norm.weight}
+    if model.lm_head is not None:
+        state["lm_head.weight"] = model.lm_head.weight
+    for i, layer in enumerate(model.layers):
+        for ours, theirs in HF_NAMES.items():
+            for part, tensor in getattr(layer, ours).named_parameters():
+                state[f"model.layers.{i}.{theirs}.{part}"] = tensor
+    save_file({k: v.detach().contiguous() for k, v in state.items()}, str(folder / "model.safetensors"))
+    return model
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_hugging_face_folder_loads_weights_tokenizer_and_chat_template(tmp_path, model_type):
+    from localspec.chat import Conversation
+    reference = write_hf_checkpoint(tmp_path, model_type)
+    backend = TorchBackend(tmp_path, n_ctx=256, n_threads=2)
+    text = "hello world, naïve fox"
+    tokens = backend.tokenize(text)
+    detok = backend.detokenizer()
+    assert "".join(detok.push(t) for t in tokens) + detok.flush() == text
+    ref = TorchBackend.from_decoder(reference, backend.tokenizer, n_ctx=256)
+    np.testing.assert_array_equal(backend.forward(tokens).logits, ref.forward(tokens).logits)
+    conv = Conversation()
+    conv.add("user", "def add(a, b):")
+    prompt = conv.prompt_tokens(backend, reserve=40)
+    assert backend.tokenize("<|im_start|>")[0] in prompt and backend.eog_tokens == {backend.tokenize("<|im_end|>")[0]}
+    backend.truncate(0)
+    plain = generate(backend, NoDrafter(), prompt, GREEDY, max_tokens=40).tokens
+    backend.truncate(0)
+    assert generate(backend, NgramDrafter(1, 3), prompt, GREEDY, max_tokens=40, draft_tokens=4).tokens == plain
+
+
+def test_unsupported_or_broken_folders_are_clear_errors(tmp_path):
+    from localspec.errors import ModelError
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
+    with pytest.raises(ModelError, match="model_type 'gpt2'"):
+        TorchBackend(tmp_path)
+    write_hf_checkpoint(tmp_path, "llama")
+    (tmp_path / "model.safetensors").unlink()
+    with pytest.raises(ModelError, match="model.safetensors is missing"):
+        TorchBackend(tmp_path)

@@ -1,8 +1,8 @@
 """The PyTorch backend: `torch_decoder.Decoder` behind the Backend interface, with hidden states.
 
-Loads a GGUF file: weights dequantized with the `gguf` package, tokenizer and chat template from the same
-file through llama.cpp's vocabulary-only loader. bf16 on CUDA, fp32 on CPU. (Hugging Face checkpoint
-folders are not supported yet.)
+Loads a GGUF file (weights dequantized with the `gguf` package; tokenizer and chat template from the same
+file through llama.cpp's vocabulary-only loader) or a Hugging Face checkpoint folder (`torch_hf.py`).
+bf16 on CUDA, fp32 on CPU.
 """
 from __future__ import annotations
 
@@ -44,8 +44,8 @@ class TorchBackend(Backend):
         if n_threads:
             torch.set_num_threads(n_threads)
         if self.path.is_dir():
-            raise ConfigError(f"{self.path}: Hugging Face checkpoint folders are not supported by the torch "
-                              f"backend yet; give it the model's GGUF file")
+            from localspec.backends.torch_hf import load_hf
+            self.model, self.tokenizer = load_hf(self.path, self.dtype)
         else:
             from localspec.backends.llama_cpp import LlamaCppBackend
             self.model = load_gguf(self.path, self.dtype)

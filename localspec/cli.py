@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "0..8 each step from measured costs and acceptance; 'auto:N' caps it at N")
     g.add_argument("--draft-model", help="--drafter draft: the draft model, a name or a .gguf path "
                                          "(default: the first of the target's 'drafts' in models.toml)")
+    g.add_argument("--eagle-head", help="--drafter eagle: folder of an EAGLE-1/2 head (torch backend)")
     g.add_argument("--ngram-min", type=int, help="shortest n-gram the ngram drafter matches (2)")
     g.add_argument("--ngram-max", type=int, help="longest n-gram the ngram drafter matches (4)")
     g.add_argument("--suffix-max-depth", type=int, help="suffix drafter: longest context it matches + drafts (64)")

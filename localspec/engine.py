@@ -65,6 +65,7 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
         stats.prefill_s = time.perf_counter() - started
         drafter.use_sampling(sampling)
         drafter.begin(context)
+        need_hidden, features = drafter.needs_hidden_states, None
         policy.begin_turn()
         started = time.perf_counter()
         finish = None
@@ -73,12 +74,20 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
             t0 = time.perf_counter()
             cap = min(policy.max_k, max_tokens - stats.generated - 1, backend.n_ctx - len(context))
             k = policy.plan(cap) if cap > 0 else 0
-            draft = _cut(drafter.propose(context, k), k) if k > 0 else Draft()
+            if k > 0:
+                draft = _cut(drafter.propose(context, k, features), k)
+            else:
+                draft = Draft()
+                if features is not None:
+                    drafter.propose(context, 0, features)  # keep a feature-fed drafter's cache complete
+            features = None
             t1 = time.perf_counter()
             drafting = t1 - t0 - drafter.catchup_s  # what drafting costs, apart from a one-off catch-up
             draft = _cut(draft, policy.trim(draft, drafting))
-            out = backend.forward([context[-1], *draft.tokens])
+            out = backend.forward([context[-1], *draft.tokens], return_hidden=need_hidden)
             verdict = verify_chain(draft, out.logits, sampling, rng, stats.rules)
+            if need_hidden:  # the target's features of the kept positions, for the next proposal
+                features = (len(context) - 1, out.hidden[-1][:verdict.accepted + 1])
             backend.truncate(len(context) + verdict.accepted)
             t2 = time.perf_counter()
             stats.draft_s += t1 - t0

@@ -101,4 +101,5 @@ def drafter_options(args, entry: Optional[ModelEntry], registry=None) -> Drafter
     ngram = entry.ngram if entry else {}
     return DrafterOptions(ngram_min=args.ngram_min or ngram.get("min", 2), ngram_max=args.ngram_max or ngram.get("max", 4),
                           suffix=suffix,
-                          draft_model=draft_path, draft_name=draft_spec, known_drafts=known, seed=args.seed)
+                          draft_model=draft_path, draft_name=draft_spec, known_drafts=known, seed=args.seed,
+                          eagle_head=getattr(args, "eagle_head", None))

@@ -207,3 +207,78 @@ def test_unsupported_or_broken_folders_are_clear_errors(tmp_path):
     (tmp_path / "model.safetensors").unlink()
     with pytest.raises(ModelError, match="model.safetensors is missing"):
         TorchBackend(tmp_path)
+
+
+def write_eagle_head(folder, target, fmt="bin", seed=1, with_embed=True):
+    """A random EAGLE-1/2 head in the released format (tensor names and config keys of the EAGLE code)."""
+    import json
+    cfg = target.model.cfg
+    torch.manual_seed(seed)
+    h, inter, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    state = {"fc.weight": torch.randn(h, 2 * h) * 0.3, "fc.bias": torch.randn(h) * 0.1,
+             "layers.0.self_attn.q_proj.weight": torch.randn(cfg.n_heads * hd, h) * 0.3,
+             "layers.0.self_attn.k_proj.weight": torch.randn(cfg.n_kv_heads * hd, h) * 0.3,
+             "layers.0.self_attn.v_proj.weight": torch.randn(cfg.n_kv_heads * hd, h) * 0.3,
+             "layers.0.self_attn.o_proj.weight": torch.randn(h, cfg.n_heads * hd) * 0.3,
+             "layers.0.mlp.gate_proj.weight": torch.randn(inter, h) * 0.3,
+             "layers.0.mlp.up_proj.weight": torch.randn(inter, h) * 0.3,
+             "layers.0.mlp.down_proj.weight": torch.randn(h, inter) * 0.3,
+             "layers.0.post_attention_layernorm.weight": torch.ones(h)}
+    if with_embed:
+        state["embed_tokens.weight"] = target.model.embed.weight.detach().clone()
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "hidden_size": h, "intermediate_size": inter,
+        "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.n_kv_heads, "num_hidden_layers": 1,
+        "rms_norm_eps": cfg.rms_eps, "vocab_size": cfg.vocab_size, "bias": True}))
+    if fmt == "bin":
+        torch.save(state, folder / "pytorch_model.bin")
+    else:
+        from safetensors.torch import save_file
+        save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "model.safetensors"))
+
+
+@pytest.mark.parametrize("fmt,with_embed", [("bin", True), ("safetensors", False)])
+@pytest.mark.parametrize("name", ["llama-gqa", "qwen2-bias-tied"])
+def test_eagle_head_drafts_and_output_stays_the_targets(tmp_path, name, fmt, with_embed):
+    from localspec.drafters.eagle import EagleDrafter
+    backend = tiny(name)
+    write_eagle_head(tmp_path / "head", backend, fmt, with_embed=with_embed)
+    prompt = [1, 2, 3, 4, 1, 2, 3]
+    plain = generate(backend, NoDrafter(), prompt, GREEDY, max_tokens=60).tokens
+    drafter = EagleDrafter(backend, tmp_path / "head")
+    backend.truncate(0)
+    out = generate(backend, drafter, prompt, GREEDY, max_tokens=60, draft_tokens=3)
+    assert out.tokens == plain
+    # fed from the prompt's last position on, without gaps, up to what the last step verified
+    assert drafter._first == len(prompt) - 1 and out.stats.drafter["eagle_positions_fed"] >= 60 - 4
+    assert out.stats.drafted > 30
+    sampled = generate(backend, drafter, prompt, SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
+                       max_tokens=40, draft_tokens=3, rng=np.random.default_rng(0))
+    assert sampled.stats.rule_comparison()["positions"] > 0  # drafts carry q at temperature > 0
+
+
+def test_eagle_needs_the_torch_backend_and_a_real_head(tmp_path):
+    from localspec.drafters.eagle import EagleDrafter
+    from localspec.errors import ConfigError, ModelError
+    with pytest.raises(ConfigError, match="torch backend"):
+        EagleDrafter(ScriptedBackend(), tmp_path)
+    (tmp_path / "config.json").write_text("{}")
+    torch.save({"something": torch.zeros(1)}, tmp_path / "pytorch_model.bin")
+    with pytest.raises(ModelError, match="no fc.weight"):
+        EagleDrafter(tiny("llama-gqa"), tmp_path)
+
+
+@pytest.mark.model
+def test_cli_runs_smollm2_on_torch_with_an_eagle_head(tmp_path):
+    from localspec.registry import resolve_model
+    from test_cli import run_cli
+    import json
+    target = TorchBackend(resolve_model("smollm2-135m")[1], n_ctx=256, n_threads=2)
+    write_eagle_head(tmp_path / "head", target, "safetensors", with_embed=False)
+    target.close()
+    result = run_cli("run", "--json", "--backend", "torch", "--drafter", "eagle", "--eagle-head",
+                     str(tmp_path / "head"), "-t", "0", "-n", "12", "--draft-tokens", "2", "Count to five.")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["drafter"] == "eagle" and out["stats"]["generated_tokens"] == 12 and out["stats"]["drafted"] > 0

@@ -108,14 +108,26 @@ class Decoder(nn.Module):
         """Run tokens at positions start.. start+T-1 against the cache (which they extend). Returns logits
         [T, vocab] (float32) and the hidden states asked for: layer index -> [T, hidden] (-1: the last
         layer after the final norm, what the LM head sees)."""
+        x, hidden = self._layers(self.embed(tokens), start, hidden_layers=hidden_layers)
+        if not logits:
+            return None, hidden
+        head = self.embed.weight if self.lm_head is None else self.lm_head.weight
+        return (x @ head.T).float(), hidden
+
+    @torch.inference_mode()
+    def forward_embeddings(self, x: torch.Tensor, start: int, lo: int = 0) -> torch.Tensor:
+        """The final hidden states of input embeddings x at positions start..; attention sees the cache from
+        position lo on (an EAGLE head's cache starts mid-context)."""
+        return self._layers(x, start, lo=lo)[0]
+
+    def _layers(self, x: torch.Tensor, start: int, lo: int = 0, hidden_layers: Sequence[int] = ()):
         cfg = self.cfg
-        n = tokens.shape[0]
+        n = x.shape[0]
         end = start + n
-        pos = torch.arange(start, end, device=tokens.device, dtype=torch.float32)
+        pos = torch.arange(start, end, device=x.device, dtype=torch.float32)
         angles = torch.outer(pos, self.inv_freq)[:, None, :]
         cos, sin = angles.cos().to(self.k_cache.dtype), angles.sin().to(self.k_cache.dtype)
-        mask = torch.ones(n, end, dtype=torch.bool, device=tokens.device).tril(diagonal=start)
-        x = self.embed(tokens)
+        mask = torch.ones(n, end - lo, dtype=torch.bool, device=x.device).tril(diagonal=start - lo)
         hidden = {}
         for i, layer in enumerate(self.layers):
             if i in hidden_layers:
@@ -125,7 +137,7 @@ class Decoder(nn.Module):
             k = rotate(layer.k(h).view(n, cfg.n_kv_heads, cfg.head_dim), cos, sin)
             self.k_cache[i, start:end] = k
             self.v_cache[i, start:end] = layer.v(h).view(n, cfg.n_kv_heads, cfg.head_dim)
-            keys, values = self.k_cache[i, :end].transpose(0, 1), self.v_cache[i, :end].transpose(0, 1)
+            keys, values = self.k_cache[i, lo:end].transpose(0, 1), self.v_cache[i, lo:end].transpose(0, 1)
             out = F.scaled_dot_product_attention(q.transpose(0, 1), keys, values, attn_mask=mask,
                                                  enable_gqa=cfg.n_heads != cfg.n_kv_heads)
             x = x + layer.o(out.transpose(0, 1).reshape(n, cfg.n_heads * cfg.head_dim))
@@ -134,7 +146,4 @@ class Decoder(nn.Module):
         x = self.norm(x)
         if -1 in hidden_layers:
             hidden[-1] = x
-        if not logits:
-            return None, hidden
-        head = self.embed.weight if self.lm_head is None else self.lm_head.weight
-        return (x @ head.T).float(), hidden
+        return x, hidden

@@ -9,7 +9,7 @@ from localspec.backends.base import Backend
 from localspec.drafters.base import Drafter, NoDrafter
 from localspec.errors import ConfigError
 
-DRAFTERS = ("none", "ngram", "suffix", "draft", "random")
+DRAFTERS = ("none", "ngram", "suffix", "draft", "eagle", "random")
 # "random" proposes random tokens: useless on purpose, a floor for `localspec bench` and the controller
 
 
@@ -22,6 +22,7 @@ class DrafterOptions:
     draft_model: Optional[str] = None  # path of the draft model's file (--drafter draft)
     draft_name: Optional[str] = None  # how the user named it, for messages
     known_drafts: tuple[str, ...] = ()  # the draft models models.toml recommends for the target
+    eagle_head: Optional[str] = None  # folder of an EAGLE head (--drafter eagle)
     seed: Optional[int] = None
 
 
@@ -40,6 +41,12 @@ def make_drafter(name: str, backend: Optional[Backend] = None,
         return NgramDrafter(options.ngram_min, options.ngram_max)
     if name == "draft":
         return _draft_model(backend, options)
+    if name == "eagle":
+        from localspec.drafters.eagle import EagleDrafter
+        if not options.eagle_head:
+            raise ConfigError("--drafter eagle needs --eagle-head FOLDER (an EAGLE-1/2 head: config.json + "
+                              "pytorch_model.bin or model.safetensors)")
+        return EagleDrafter(backend, Path(options.eagle_head), options.seed)
     if name == "random":
         from localspec.drafters.random import RandomDrafter
         return RandomDrafter(backend.vocab_size if backend is not None else 32000, options.seed)

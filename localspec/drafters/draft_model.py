@@ -46,15 +46,8 @@ class DraftModelDrafter(Drafter):
         tokens: list[int] = []
         rows: list[np.ndarray] = []
         for i in range(max_tokens):
-            logits = row[:self.shared]  # ids past the shared range are padding of the bigger vocabulary
-            if sampling.greedy:
-                token = int(np.argmax(logits))  # q is a point mass: the draft carries no rows
-            else:
-                ids, p = sampling.distribution(logits)
-                token = sample(p, self.rng, ids)
-                q = np.zeros(self.target_vocab, dtype=np.float64)
-                q[ids] = p
-                rows.append(q)
+            # ids past the shared range are padding of the bigger vocabulary
+            token = pick_token(row[:self.shared], sampling, self.rng, self.target_vocab, rows)
             tokens.append(token)
             if i + 1 < max_tokens:
                 row = self.draft.forward([token]).logits[-1]
@@ -72,3 +65,17 @@ class DraftModelDrafter(Drafter):
 
     def close(self) -> None:
         self.draft.close()
+
+
+def pick_token(logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generator, vocab: int,
+               q_rows: list) -> int:
+    """The drafter's token from its logits under the target's sampler settings; at temperature > 0 its
+    distribution q (a dense row over the target's vocabulary) is appended to q_rows. Greedy drafts are
+    point masses and carry no rows."""
+    if sampling.greedy:
+        return int(np.argmax(logits))
+    ids, p = sampling.distribution(logits)
+    q = np.zeros(vocab, dtype=np.float64)
+    q[ids] = p
+    q_rows.append(q)
+    return sample(p, rng, ids)

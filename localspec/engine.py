@@ -60,12 +60,16 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
     detok, stopper = backend.detokenizer(), StopStrings(stop)
     started = time.perf_counter()
     try:
-        backend.prefill(context[reuse:-1], progress=on_prefill)
+        need_hidden, features = drafter.needs_hidden_states, None
+        if need_hidden:  # a feature-fed drafter (EAGLE) also reads the prompt's features
+            rows = backend.prefill_features(context[reuse:-1], progress=on_prefill)
+            features = (reuse, rows) if len(rows) else None
+        else:
+            backend.prefill(context[reuse:-1], progress=on_prefill)
         stats.prefill_tokens = len(context) - 1 - reuse
         stats.prefill_s = time.perf_counter() - started
         drafter.use_sampling(sampling)
         drafter.begin(context)
-        need_hidden, features = drafter.needs_hidden_states, None
         policy.begin_turn()
         started = time.perf_counter()
         finish = None

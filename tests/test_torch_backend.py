@@ -250,8 +250,9 @@ def test_eagle_head_drafts_and_output_stays_the_targets(tmp_path, name, fmt, wit
     backend.truncate(0)
     out = generate(backend, drafter, prompt, GREEDY, max_tokens=60, draft_tokens=3)
     assert out.tokens == plain
-    # fed from the prompt's last position on, without gaps, up to what the last step verified
-    assert drafter._first == len(prompt) - 1 and out.stats.drafter["eagle_positions_fed"] >= 60 - 4
+    # fed from the prompt's first position on (its features come with the prefill), without gaps, up to
+    # what the last step verified
+    assert drafter._first == 0 and out.stats.drafter["eagle_positions_fed"] >= len(prompt) - 1 + 60 - 4
     assert out.stats.drafted > 30
     sampled = generate(backend, drafter, prompt, SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
                        max_tokens=40, draft_tokens=3, rng=np.random.default_rng(0))

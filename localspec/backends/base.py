@@ -102,6 +102,10 @@ class Backend:
         """Append ``tokens`` to the cache without asking for any logits."""
         raise NotImplementedError
 
+    def prefill_features(self, tokens: Sequence[int], progress: Progress = None):
+        """prefill, returning the last layer's hidden state of each token (backends with hidden_states)."""
+        raise NotImplementedError(f"the {self.name} backend gives no hidden states")
+
     def forward(self, tokens: Sequence[int], return_hidden: bool = False) -> ForwardOut:
         """Append ``tokens`` to the cache and return logits for exactly these positions."""
         raise NotImplementedError

@@ -101,6 +101,16 @@ class TorchBackend(Backend):
             if progress is not None:
                 progress(start + len(chunk), len(tokens))
 
+    def prefill_features(self, tokens: Sequence[int], progress: Progress = None) -> np.ndarray:
+        """prefill that also returns the last layer's features of the tokens [n, hidden]."""
+        rows = []
+        for start in range(0, len(tokens), PREFILL_CHUNK):
+            chunk = tokens[start:start + PREFILL_CHUNK]
+            rows.append(self._run(chunk, logits=False, hidden=(-1,))[1][-1].float().cpu().numpy())
+            if progress is not None:
+                progress(start + len(chunk), len(tokens))
+        return np.concatenate(rows) if rows else np.zeros((0, self.model.cfg.hidden_size), np.float32)
+
     def forward(self, tokens: Sequence[int], return_hidden: bool = False) -> ForwardOut:
         logits, hidden = self._run(tokens, logits=True, hidden=self.hidden_layers if return_hidden else ())
         out_hidden = None

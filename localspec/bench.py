@@ -94,21 +94,24 @@ def make_methods(spec: str, session: Session, default_k) -> list[Method]:
 
 
 def run_bench(session: Session, methods: list[Method], cases: list[dict], seed: int = 0,
-              progress=print) -> dict:
+              progress=print, repeats: int = 1) -> dict:
+    """Every method on every case, `repeats` times over (noisy machines: per-kind figures then pool the
+    repeats), the method order rotated per case and per repeat."""
     rows = []
-    for i, case in enumerate(cases):
+    for i, case in ((r * len(cases) + j, c) for r in range(repeats) for j, c in enumerate(cases)):
         conv = Conversation()
         conv.messages = [dict(m) for m in case["messages"]]
         prompt = conv.prompt_tokens(session.backend, reserve=case["max_tokens"])
         order = methods[i % len(methods):] + methods[:i % len(methods)]
-        row = {"id": case["id"], "kind": case["kind"], "prompt_tokens": len(prompt), "methods": {}}
+        row = {"id": case["id"], "kind": case["kind"], "repeat": i // len(cases), "prompt_tokens": len(prompt),
+               "methods": {}}
         outputs = {}
         for method in order:
             session.backend.truncate(0)  # every method prefills the whole prompt, as a new chat does
             tokens, stats = [], None
             for event in stream_generate(session.backend, method.drafter, prompt, session.sampling,
                                          max_tokens=case["max_tokens"], draft_tokens=method.policy,
-                                         rng=np.random.default_rng(seed + i)):
+                                         rng=np.random.default_rng(seed + i % len(cases))):
                 tokens.extend(event.tokens)
                 stats = event.stats
             outputs[method.label] = tokens

@@ -75,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="comma-separated methods: drafter names, NAME@K for a fixed K (default: none,ngram,suffix)")
     bench.add_argument("--prompts", help="workload JSONL in the ../shared/bench format (default: a small built-in one)")
     bench.add_argument("--cases", help="comma-separated case ids to run (default: all)")
+    bench.add_argument("--repeats", type=int, default=1, help="run the workload this many times (noisy machines)")
     bench.add_argument("--json", dest="json_out", metavar="OUT", help="write every figure to this JSON file")
     bench.add_argument("--plot", metavar="OUT.png", help="bar chart of the ratios to plain (needs matplotlib)")
     bench.set_defaults(temperature=0.0)  # benchmarks are greedy unless asked otherwise

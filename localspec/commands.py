@@ -191,7 +191,9 @@ def bench_command(args) -> int:
         methods = make_methods(args.drafters, session, args.draft_tokens)
         print(f"localspec bench — {session.load_report()}; {len(cases)} cases × {len(methods)} methods",
               file=sys.stderr)
-        report = run_bench(session, methods, cases, seed=args.seed or 0,
+        if args.repeats < 1:
+            raise LocalspecError(f"--repeats must be at least 1, got {args.repeats}")
+        report = run_bench(session, methods, cases, seed=args.seed or 0, repeats=args.repeats,
                            progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(format_tables(report))
     if args.json_out:

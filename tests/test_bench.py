@@ -48,7 +48,9 @@ def test_run_is_exact_and_reports_per_kind(tmp_path):
               "messages": [{"role": "user", "content": "abcabcabcabc" * (i + 1)}]}
              for i, kind in enumerate(["code-edit", "chat", "chat"])]
     s = session(tmp_path)
-    report = run_bench(s, make_methods("ngram,suffix,random@2", s, "auto"), cases, progress=lambda _: None)
+    report = run_bench(s, make_methods("ngram,suffix,random@2", s, "auto"), cases, progress=lambda _: None,
+                       repeats=2)
+    assert [r["repeat"] for r in report["cases"]] == [0, 0, 0, 1, 1, 1]
     assert set(report["by_kind"]) == {"code-edit", "chat"}
     for row in report["cases"]:
         assert [m["same_as_plain"] for m in row["methods"].values()] == [True] * 4

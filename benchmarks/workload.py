@@ -10,8 +10,6 @@ emitted token (TTFT); decode tok/s = tokens after the first step / time after th
 from __future__ import annotations
 
 import argparse
-import importlib
-import inspect
 import json
 import os
 import platform
@@ -23,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
+from localspec.bench import load_cases  # noqa: E402
 from localspec.chat import Conversation  # noqa: E402
 from localspec.drafters import DrafterOptions, make_drafter  # noqa: E402
 from localspec.engine import stream_generate  # noqa: E402
@@ -31,24 +30,6 @@ from localspec.sampling import SamplingParams  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)
 DEFAULT_WORKLOAD = Path(__file__).resolve().parents[2] / "shared" / "bench" / "workload.jsonl"
-
-
-def load_cases(path: Path) -> list[dict]:
-    cases = []
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        case = json.loads(line)
-        if case.get("source"):
-            module, _, qualname = case["source"].partition(":")
-            obj = importlib.import_module(module)
-            for part in qualname.split("."):
-                obj = getattr(obj, part)
-            source = inspect.getsource(obj)
-            for m in case["messages"]:
-                m["content"] = m["content"].replace("{source}", source)
-        cases.append(case)
-    return cases
 
 
 def timed(tokens_iter):
@@ -114,7 +95,7 @@ def main() -> None:
     args = ap.parse_args()
 
     name, path = resolve_model(args.model)
-    cases = load_cases(args.workload)
+    cases = load_cases(str(args.workload))
     if args.cases:
         cases = [c for c in cases if c["id"] in args.cases.split(",")]
     methods = args.methods.split(",")

@@ -60,10 +60,15 @@ class Session:
     def load_report(self) -> str:
         """What is loaded and how much memory each model's weights take."""
         text = f"{self.model_name} {self.backend.memory_bytes() / 2**20:.0f} MB ({self.backend.name})"
-        draft = getattr(self.drafter, "draft", None)
-        if draft is not None:
-            text += f" + draft {draft.model_name} {draft.memory_bytes() / 2**20:.0f} MB"
+        draft = self.draft_model()
+        if draft:
+            text += f" + draft {draft}"
         return text + f" · drafter {self.drafter.name}, {self.speclen.label}"
+
+    def draft_model(self) -> Optional[str]:
+        """'NAME N MB' of the drafter's own model, if it has one."""
+        draft = getattr(self.drafter, "draft", None)
+        return None if draft is None else f"{draft.model_name} {draft.memory_bytes() / 2**20:.0f} MB"
 
     def set_drafter(self, drafter: Drafter) -> None:
         """Switch drafters mid-chat; the controller forgets the old one's acceptance, not the machine's costs."""

@@ -129,14 +129,14 @@ class AdaptiveK:
             out.append(total)
         return out
 
-    def verify_cost(self, n: int) -> Optional[float]:
+    def verify_cost(self, n: int, known: Optional[list[int]] = None) -> Optional[float]:
         """Seconds for a forward of n positions: measured, else interpolated between measured sizes. Past
         the largest measured size it is optimistic (no dearer than that size), so a bigger window that
         might pay gets tried and measured instead of being ruled out by a guess; below the smallest it
         assumes PRIOR_SLOPE single steps per position."""
         if n in self._verify:
             return self._verify[n]
-        known = sorted(self._verify)
+        known = sorted(self._verify) if known is None else known  # callers asking for many sizes sort once
         if not known:
             return None
         lo = [m for m in known if m < n]
@@ -149,17 +149,22 @@ class AdaptiveK:
         near = hi[0]
         return self._verify[near] * (1 + PRIOR_SLOPE * (n - 1)) / (1 + PRIOR_SLOPE * (near - 1))
 
-    def draft_cost(self, k: int) -> float:
-        n, sk, skk, st, skt = self._fit
-        if k == 0 or n < 0.5:
+    def draft_cost(self, k: int, line: Optional[tuple[float, float]] = None) -> float:
+        if k == 0:
             return 0.0
+        a, b = self._draft_line() if line is None else line
+        return max(0.0, a + b * k)
+
+    def _draft_line(self) -> tuple[float, float]:
+        """(intercept, slope) of drafting time against k, from the decayed sums."""
+        n, sk, skk, st, skt = self._fit
+        if n < 0.5:
+            return 0.0, 0.0
         var = skk / n - (sk / n) ** 2
         if var > 1e-9:
             b = (skt / n - sk / n * st / n) / var
-            a = st / n - b * sk / n
-        else:  # every measured call drafted the same k: no intercept to tell apart
-            a, b = 0.0, st / sk if sk else 0.0
-        return max(0.0, a + b * k)
+            return st / n - b * sk / n, b
+        return 0.0, (st / sk if sk else 0.0)  # every measured call drafted the same k: no intercept
 
     def rates(self, top: int, draft_s: Optional[float] = None, accept_all: bool = False) -> list[float]:
         """Expected tokens per second for k = 0..top (draft_s: drafting time already spent)."""
@@ -167,10 +172,12 @@ class AdaptiveK:
             return [0.0] * (top + 1)
         expected = self.expected_tokens(accept_all)
         overhead = self._overhead or 0.0
+        known = sorted(self._verify)
+        line = self._draft_line()
         out = []
         for k in range(top + 1):
-            spent = overhead + (self.draft_cost(k) if draft_s is None else draft_s) + self.verify_cost(k + 1)
-            out.append(expected[k] / max(spent, 1e-9))
+            drafting = self.draft_cost(k, line) if draft_s is None else draft_s
+            out.append(expected[k] / max(overhead + drafting + self.verify_cost(k + 1, known), 1e-9))
         return out
 
     def _cheap(self, cap: int) -> bool:

@@ -95,20 +95,23 @@ class TorchBackend(Backend):
         del self._tokens[max(0, keep):]  # positions past the length are simply overwritten later
 
     def prefill(self, tokens: Sequence[int], progress: Progress = None) -> None:
-        for start in range(0, len(tokens), PREFILL_CHUNK):
-            chunk = tokens[start:start + PREFILL_CHUNK]
-            self._run(chunk, logits=False)
-            if progress is not None:
-                progress(start + len(chunk), len(tokens))
+        self._prefill(tokens, progress, features=False)
 
     def prefill_features(self, tokens: Sequence[int], progress: Progress = None) -> np.ndarray:
         """prefill that also returns the last layer's features of the tokens [n, hidden]."""
+        return self._prefill(tokens, progress, features=True)
+
+    def _prefill(self, tokens: Sequence[int], progress: Progress, features: bool) -> Optional[np.ndarray]:
         rows = []
         for start in range(0, len(tokens), PREFILL_CHUNK):
             chunk = tokens[start:start + PREFILL_CHUNK]
-            rows.append(self._run(chunk, logits=False, hidden=(-1,))[1][-1].float().cpu().numpy())
+            _, hidden = self._run(chunk, logits=False, hidden=(-1,) if features else ())
+            if features:
+                rows.append(hidden[-1].float().cpu().numpy())
             if progress is not None:
                 progress(start + len(chunk), len(tokens))
+        if not features:
+            return None
         return np.concatenate(rows) if rows else np.zeros((0, self.model.cfg.hidden_size), np.float32)
 
     def forward(self, tokens: Sequence[int], return_hidden: bool = False) -> ForwardOut:

@@ -11,7 +11,7 @@ from localspec.backends.base import Backend
 from localspec.errors import ConfigError, ModelError
 
 SUPPORTED = ("llama", "qwen2", "mistral")
-_LAYER = {"input_layernorm": "attn_norm", "self_attn.q_proj": "q", "self_attn.k_proj": "k",
+HF_LAYER_NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "q", "self_attn.k_proj": "k",
           "self_attn.v_proj": "v", "self_attn.o_proj": "o", "post_attention_layernorm": "mlp_norm",
           "mlp.gate_proj": "gate", "mlp.up_proj": "up", "mlp.down_proj": "down"}
 
@@ -78,8 +78,8 @@ def _map_name(key: str) -> Optional[str]:
         rest = key[len("model.layers."):]
         i, _, name = rest.partition(".")
         module, _, part = name.rpartition(".")
-        if module in _LAYER:
-            return f"layers.{i}.{_LAYER[module]}.{part}"
+        if module in HF_LAYER_NAMES:
+            return f"layers.{i}.{HF_LAYER_NAMES[module]}.{part}"
     return None  # rotary caches and the like
 
 
@@ -122,7 +122,9 @@ class HfTokenizer(Backend):
         eog = _read_json(folder / "generation_config.json").get("eos_token_id", self.eos_token)
         self.eog_tokens = frozenset(t for t in (eog if isinstance(eog, list) else [eog]) if t is not None)
         self._bytes = _byte_decoder()
-        self._byte_level = "ByteLevel" in json.dumps(json.loads(self.tok.to_str()).get("decoder") or {})
+        spec = json.loads(self.tok.to_str())
+        self._byte_level = "ByteLevel" in json.dumps(spec.get("decoder") or {})
+        self._kind = (spec.get("model") or {}).get("type", "")
 
     def _id(self, token) -> Optional[int]:
         if isinstance(token, dict):
@@ -146,7 +148,7 @@ class HfTokenizer(Backend):
         return piece.replace("\u2581", " ").encode("utf-8")
 
     def tokenizer_kind(self) -> str:
-        return json.loads(self.tok.to_str()).get("model", {}).get("type", "")
+        return self._kind
 
     def close(self) -> None:
         pass

@@ -20,14 +20,12 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from localspec.backends.torch_hf import HF_LAYER_NAMES
 from localspec.drafters.base import Drafter
 from localspec.drafters.draft_model import GREEDY, pick_token
 from localspec.errors import ConfigError, ModelError
 from localspec.types import Draft
 
-_HEAD_NAMES = {"self_attn.q_proj": "q", "self_attn.k_proj": "k", "self_attn.v_proj": "v", "self_attn.o_proj": "o",
-               "post_attention_layernorm": "mlp_norm", "mlp.gate_proj": "gate", "mlp.up_proj": "up",
-               "mlp.down_proj": "down"}
 
 
 def load_eagle_state(folder: Path) -> tuple[dict, dict]:
@@ -77,8 +75,8 @@ class EagleHead:
         for key, tensor in state.items():
             if key.startswith("layers.0."):
                 module, _, part = key[len("layers.0."):].rpartition(".")
-                if module in _HEAD_NAMES:
-                    layer[f"layers.0.{_HEAD_NAMES[module]}.{part}"] = tensor
+                if module in HF_LAYER_NAMES:  # an EAGLE layer is a Llama layer without its input norm
+                    layer[f"layers.0.{HF_LAYER_NAMES[module]}.{part}"] = tensor
         missing = [k for k in ("q", "k", "v", "o", "gate", "up", "down", "mlp_norm")
                    if f"layers.0.{k}.weight" not in layer]
         if missing:
@@ -88,8 +86,7 @@ class EagleHead:
         with torch.no_grad():
             self.fc.load_state_dict(mapped)
             self.decoder.load_state_dict({**layer, "embed.weight": embed}, strict=False)
-            self.decoder.layers[0].attn_norm.weight.fill_(1.0)  # layer 0 of an EAGLE head has no input norm
-        self.decoder.layers[0].attn_norm = nn.Identity()
+        self.decoder.layers[0].attn_norm = nn.Identity()  # layer 0 of an EAGLE head has no input norm
         self.decoder.norm = nn.Identity()  # its output is a feature: the target's LM head reads it as is
         device = target.device
         self.decoder.to(device=device, dtype=dtype).eval()

@@ -313,9 +313,8 @@ class ChatApp(App):
         except LocalspecError as exc:
             self.post_message(Noted(str(exc), error=True))
             return
-        draft = getattr(session.drafter, "draft", None)
-        extra = f" ({draft.model_name}, {draft.memory_bytes() / 2**20:.0f} MB)" if draft is not None else ""
-        self.post_message(Noted(f"drafter: {name}{extra}"))
+        draft = session.draft_model()
+        self.post_message(Noted(f"drafter: {name}" + (f" ({draft})" if draft else "")))
 
     def _answer(self) -> None:
         session, stats, finish = self.session, None, "interrupted"
@@ -363,9 +362,9 @@ class ChatApp(App):
         if message.plain_tps:
             self.plain_how = f"{CALIBRATION_TOKENS} plain tokens at load"
         self._refresh_status()
-        draft = getattr(message.session.drafter, "draft", None)
-        if draft is not None:
-            await self._note(f"draft model {draft.model_name} loaded ({draft.memory_bytes() / 2**20:.0f} MB)")
+        draft = message.session.draft_model()
+        if draft:
+            await self._note(f"draft model {draft} loaded")
         if not self.chat.conversation.messages:
             await self._note("Type a message. /help lists commands; F2 colours tokens from accepted drafts.")
 

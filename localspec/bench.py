@@ -14,7 +14,7 @@ import inspect
 import json
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Optional
@@ -82,9 +82,15 @@ def _source_of(spec: str, where: str, number: int) -> str:
 def make_methods(spec: str, session: Session, default_k) -> list[Method]:
     methods = []
     for item in [s.strip() for s in spec.split(",") if s.strip()]:
-        name, _, k = item.partition("@")
+        head, _, tree = item.partition("#")  # eagle#N: trees of N tokens
+        name, _, k = head.partition("@")
         check_drafter_name(name)
-        drafter = make_drafter(name, session.backend, session.drafter_options)
+        options = session.drafter_options
+        if tree:
+            if name != "eagle" or not tree.isdigit():
+                raise ConfigError(f"--drafters {item!r}: #N (tree size) goes with eagle, e.g. eagle#16")
+            options = replace(options, eagle_tree=int(tree))
+        drafter = make_drafter(name, session.backend, options)
         methods.append(Method(item, drafter, make_policy(k or (1 if name == "none" else default_k))))
     if not methods:
         raise ConfigError("--drafters lists no method")

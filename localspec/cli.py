@@ -27,8 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
                                          "(default: the registry's default, SmolLM2-135M)")
     g.add_argument("--ctx", type=int, help="context length in tokens (default: the model's, at most 4096)")
     g.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    g.add_argument("--backend", default="llama.cpp", choices=["llama.cpp", "torch"],
-                   help="llama.cpp (default: GGUF on CPU/GPU) or torch (a GGUF or Hugging Face folder; CUDA when present)")
+    g.add_argument("--backend", choices=["llama.cpp", "torch", "mlx"],
+                   help="llama.cpp (GGUF on CPU/GPU), torch (a GGUF or Hugging Face folder; CUDA when present) or "
+                        "mlx (an MLX folder; Apple silicon). Default: mlx on Apple silicon when the model has an "
+                        "MLX source, else llama.cpp")
     g.add_argument("--gpu-layers", type=int, default=0,
                    help="layers to offload with a CUDA/Metal/Vulkan build of llama.cpp (-1: all)")
     g = common.add_argument_group("speculation")
@@ -38,7 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "0..8 each step from measured costs and acceptance; 'auto:N' caps it at N")
     g.add_argument("--draft-model", help="--drafter draft: the draft model, a name or a .gguf path "
                                          "(default: the first of the target's 'drafts' in models.toml)")
-    g.add_argument("--eagle-head", help="--drafter eagle: folder of an EAGLE-1/2 head (torch backend)")
+    g.add_argument("--eagle-head", help="--drafter eagle: an EAGLE-1/2/3 head, a folder or a downloaded Hub repo "
+                                        "(default: the model's in models.toml; torch backend)")
+    g.add_argument("--eagle-tree", type=int, default=0, metavar="N",
+                   help="--drafter eagle: draft trees of N tokens (EAGLE-2 dynamic trees, verified with tree "
+                        "attention) instead of chains (0, the default)")
     g.add_argument("--ngram-min", type=int, help="shortest n-gram the ngram drafter matches (2)")
     g.add_argument("--ngram-max", type=int, help="longest n-gram the ngram drafter matches (4)")
     g.add_argument("--suffix-max-depth", type=int, help="suffix drafter: longest context it matches + drafts (64)")
@@ -72,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", parents=[common],
                            help="time drafters against plain decoding on a workload; prints a table per kind")
     bench.add_argument("--drafters", default="none,ngram,suffix",
-                       help="comma-separated methods: drafter names, NAME@K for a fixed K (default: none,ngram,suffix)")
+                       help="comma-separated methods: drafter names, NAME@K for a fixed K, eagle#N for EAGLE trees "
+                            "of N tokens (default: none,ngram,suffix)")
     bench.add_argument("--prompts", help="workload JSONL in the ../shared/bench format (default: a small built-in one)")
     bench.add_argument("--cases", help="comma-separated case ids to run (default: all)")
     bench.add_argument("--repeats", type=int, default=1, help="run the workload this many times (noisy machines)")
@@ -96,6 +103,20 @@ def build_parser() -> argparse.ArgumentParser:
     rm = sub.add_parser("rm", help="delete a model's downloaded files from the Hugging Face cache")
     rm.add_argument("model", help="a name from models.toml")
 
+    train = sub.add_parser("train-eagle", help="distil an EAGLE head for a local model from its own hidden states "
+                                               "(PyTorch, CPU or CUDA); the result loads with --eagle-head")
+    train.add_argument("--model", "-m", help="a name from models.toml, a .gguf file or a Hugging Face folder")
+    train.add_argument("--data", required=True, help="corpus: JSONL with {\"messages\": [...]} or {\"text\": ...} "
+                                                     "per line, or a plain text file")
+    train.add_argument("--out", required=True, help="folder for the head (config.json + model.safetensors)")
+    train.add_argument("--minutes", type=float, default=30.0, help="time budget, feature extraction included (30)")
+    train.add_argument("--epochs", type=int, default=8, help="at most this many passes over the corpus (8)")
+    train.add_argument("--seq-len", type=int, default=512, help="training window in tokens (512)")
+    train.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (1e-3, cosine schedule)")
+    train.add_argument("--max-corpus-tokens", type=int, default=0, help="use at most this many tokens (0: all)")
+    train.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    train.add_argument("--seed", type=int, help="initialisation and data order")
+
     chat = sub.add_parser("chat", parents=[common], help="multi-turn chat")
     chat.add_argument("--plain", action="store_true", help="line-based chat (also used when not on a terminal)")
     chat.add_argument("--resume", nargs="?", const="latest", metavar="ID",
@@ -110,7 +131,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return {"run": commands.run_command, "chat": commands.chat_command,
                 "simulate": commands.simulate_command, "bench": commands.bench_command,
                 "pull": commands.pull_command, "list": commands.list_command,
-                "rm": commands.rm_command}[args.command](args)
+                "rm": commands.rm_command, "train-eagle": commands.train_eagle_command}[args.command](args)
     except LocalspecError as exc:
         print(f"localspec: error: {exc}", file=sys.stderr)
         return 1

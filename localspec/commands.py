@@ -240,3 +240,9 @@ def rm_command(args) -> int:
     for line in hub.remove(args.model):
         print(line)
     return 0
+
+
+def train_eagle_command(args) -> int:
+    from localspec.eagle_train import run_train_eagle
+    run_train_eagle(args, log=lambda line: print(line, flush=True))
+    return 0

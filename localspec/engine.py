@@ -23,7 +23,7 @@ from localspec.speclen import AdaptiveK, FixedK, make_policy
 from localspec.stats import TurnStats
 from localspec.stopping import StopStrings
 from localspec.types import Draft, TokenEvent, Verdict, common_prefix
-from localspec.verify import verify_chain
+from localspec.verify import verify_draft
 
 
 def check_capabilities(backend: Backend, drafter: Drafter) -> None:
@@ -31,6 +31,9 @@ def check_capabilities(backend: Backend, drafter: Drafter) -> None:
     if not caps.can_truncate and drafter.name != "none":
         raise ConfigError(f"{backend.model_name}: the {backend.name} cache of this model cannot be rolled "
                           f"back, which speculative decoding needs; use --drafter none")
+    if getattr(drafter, "tree_nodes", 0) and not caps.tree_attention:
+        raise ConfigError(f"{backend.model_name}: the {backend.name} backend has no tree attention, which tree "
+                          f"drafts need; draft chains instead")
     if drafter.needs_hidden_states and not caps.hidden_states:
         raise ConfigError(f"{backend.model_name}: the {backend.name} backend gives no hidden states, which "
                           f"the {drafter.name} drafter needs; pick another drafter or backend")
@@ -56,6 +59,8 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
     stats = TurnStats(prompt_tokens=len(prompt))
     context = list(prompt)
     reuse = common_prefix(backend.cached_tokens, context[:-1])
+    if drafter.needs_hidden_states:  # a feature-fed drafter needs at least the last prompt token's features
+        reuse = min(reuse, max(len(context) - 2, 0))
     backend.truncate(reuse)
     detok, stopper = backend.detokenizer(), StopStrings(stop)
     started = time.perf_counter()
@@ -79,7 +84,7 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
             cap = min(policy.max_k, max_tokens - stats.generated - 1, backend.n_ctx - len(context))
             k = policy.plan(cap) if cap > 0 else 0
             if k > 0:
-                draft = _cut(drafter.propose(context, k, features), k)
+                draft = drafter.propose(context, k, features).cut(k)
             else:
                 draft = Draft()
                 if features is not None:
@@ -87,11 +92,18 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
             features = None
             t1 = time.perf_counter()
             drafting = t1 - t0 - drafter.catchup_s  # what drafting costs, apart from a one-off catch-up
-            draft = _cut(draft, policy.trim(draft, drafting))
-            out = backend.forward([context[-1], *draft.tokens], return_hidden=need_hidden)
-            verdict = verify_chain(draft, out.logits, sampling, rng, stats.rules)
+            # the controller sizes a tree by depth, judging it by its main branch
+            draft = draft.cut(policy.trim(draft.main_chain(), drafting))
+            tree = not draft.is_chain
+            if tree:
+                out = backend.forward_tree([context[-1], *draft.tokens], draft.parents, return_hidden=need_hidden)
+            else:
+                out = backend.forward([context[-1], *draft.tokens], return_hidden=need_hidden)
+            verdict = verify_draft(draft, out.logits, sampling, rng, stats.rules)
+            if tree:
+                backend.accept_path(verdict.path)
             if need_hidden:  # the target's features of the kept positions, for the next proposal
-                features = (len(context) - 1, out.hidden[-1][:verdict.accepted + 1])
+                features = (len(context) - 1, out.hidden[[0, *(i + 1 for i in verdict.path)]])
             backend.truncate(len(context) + verdict.accepted)
             t2 = time.perf_counter()
             stats.draft_s += t1 - t0
@@ -121,7 +133,7 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
             drafter.observe(Verdict(len(draft), from_draft, tuple(emitted)))  # what was really emitted
             stats.record_step(len(draft), from_draft, len(emitted))
             now = time.perf_counter()
-            policy.record(len(draft), verdict.accepted, emitted, drafting, t2 - t1, now - t0 - drafter.catchup_s)
+            policy.record(max(draft.depths(), default=0), verdict.accepted, emitted, drafting, t2 - t1, now - t0 - drafter.catchup_s)
             stats.decode_s = now - started
             yield TokenEvent(tuple(emitted), text, from_draft, stats, finish, min(draft_chars, len(text)))
     finally:
@@ -151,8 +163,3 @@ def generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], sampling
         finish, stats = event.finish_reason or finish, event.stats
     return Completion("".join(text), tuple(tokens), finish, stats)
 
-
-def _cut(draft: Draft, k: int) -> Draft:
-    if len(draft) <= k:
-        return draft
-    return Draft.chain(draft.tokens[:k], None if draft.q is None else draft.q[:k])

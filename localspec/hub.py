@@ -33,11 +33,13 @@ class Pulled:
     size: int
 
 
+def on_apple_silicon() -> bool:
+    return sys.platform == "darwin" and platform.machine() == "arm64"
+
+
 def default_backend(entry: ModelEntry) -> str:
     """MLX on Apple silicon when the model has an MLX source, llama.cpp otherwise."""
-    if sys.platform == "darwin" and platform.machine() == "arm64" and entry.mlx_repo:
-        return "mlx"
-    return "llama.cpp"
+    return "mlx" if on_apple_silicon() and entry.mlx_repo else "llama.cpp"
 
 
 def pull(name: str, backend: Optional[str] = None, quant: Optional[str] = None, revision: Optional[str] = None,

@@ -195,13 +195,24 @@ def model_entry(spec: Optional[str], registry: Optional[Registry] = None) -> Opt
 
 
 def resolve_model(spec: Optional[str], registry: Optional[Registry] = None,
-                  quant: Optional[str] = None) -> tuple[str, Path]:
-    """``spec`` (an alias or a path; None = the default) -> (display name, GGUF path on disk)."""
+                  quant: Optional[str] = None, backend: str = "llama.cpp") -> tuple[str, Path]:
+    """``spec`` (an alias or a path; None = the default) -> (display name, model file or folder on disk).
+    mlx needs the alias's downloaded MLX folder; torch takes its Hugging Face folder when downloaded, else
+    the GGUF file; llama.cpp the GGUF file."""
     registry = registry or load_registry()
     spec = spec or registry.default
     if is_path(spec):
         return Path(spec).name, Path(spec).expanduser()
     entry = registry.get(spec)
+    repo = {"mlx": entry.mlx_repo, "torch": entry.torch_repo}.get(backend)
+    if repo:
+        folder = hf_snapshot(repo)
+        if folder is not None:
+            return entry.name, folder
+    if backend == "mlx":
+        raise ModelError(f"model {spec!r} is not downloaded for MLX: localspec pull {spec} --backend mlx"
+                         if repo else f"model {spec!r} has no MLX source in models.toml (sources: "
+                         f"{', '.join(entry.sources())}); use --backend llama.cpp")
     if entry.path:
         return entry.name, Path(entry.path)
     if entry.embedded:
@@ -228,6 +239,16 @@ def _package_file(package: str, file: str) -> Optional[Path]:
         if (Path(folder) / file).is_file():
             return Path(folder) / file
     return None
+
+
+def hf_snapshot(repo: str) -> Optional[Path]:
+    """The newest downloaded snapshot folder of a Hub repo (with a config.json), if any."""
+    try:
+        from huggingface_hub import snapshot_download
+        folder = Path(snapshot_download(repo, local_files_only=True))
+    except Exception:  # not downloaded, offline, or huggingface_hub missing
+        return None
+    return folder if (folder / "config.json").is_file() else None
 
 
 def hf_cached(repo: str, file: str) -> Optional[Path]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator, Optional
 
 import numpy as np
@@ -37,8 +38,9 @@ class Session:
         speclen = make_policy(args.draft_tokens)
         registry = load_registry()
         entry = model_entry(args.model, registry)
-        name, path = resolve_model(args.model, registry)
-        backend = load_backend(getattr(args, "backend", "llama.cpp"), path, n_ctx=args.ctx, n_threads=args.threads,
+        backend_name = getattr(args, "backend", None) or choose_backend(args.model, entry)
+        name, path = resolve_model(args.model, registry, backend=backend_name)
+        backend = load_backend(backend_name, path, n_ctx=args.ctx, n_threads=args.threads,
                                n_gpu_layers=args.gpu_layers, on_load=on_load)
         options = drafter_options(args, entry, registry)
         try:
@@ -63,7 +65,8 @@ class Session:
         draft = self.draft_model()
         if draft:
             text += f" + draft {draft}"
-        return text + f" · drafter {self.drafter.name}, {self.speclen.label}"
+        about = self.drafter.describe()
+        return text + f" · drafter {self.drafter.name}{f' ({about})' if about else ''}, {self.speclen.label}"
 
     def draft_model(self) -> Optional[str]:
         """'NAME N MB' of the drafter's own model, if it has one."""
@@ -96,15 +99,28 @@ _SUFFIX_ARGS = {"suffix_max_depth": "max_depth", "suffix_min_prob": "min_token_p
                 "suffix_cache_tokens": "cache_tokens"}
 
 
+def choose_backend(spec: Optional[str], entry: Optional[ModelEntry]) -> str:
+    """MLX on Apple silicon for an alias with an MLX source (or a model folder); a folder elsewhere goes to
+    torch; everything else to llama.cpp."""
+    from localspec.hub import default_backend, on_apple_silicon
+    if entry is not None:
+        return default_backend(entry)
+    if spec and Path(spec).expanduser().is_dir():
+        return "mlx" if on_apple_silicon() else "torch"
+    return "llama.cpp"
+
+
 def drafter_options(args, entry: Optional[ModelEntry], registry=None) -> DrafterOptions:
     """Drafter settings: the command line over the model's models.toml entry over the defaults."""
     suffix = dict(entry.suffix) if entry else {}
     suffix.update({key: getattr(args, arg) for arg, key in _SUFFIX_ARGS.items() if getattr(args, arg) is not None})
     known = entry.drafts if entry else ()
     draft_spec = getattr(args, "draft_model", None)
-    draft_path = str(resolve_model(draft_spec, registry or load_registry())[1]) if draft_spec else None
+    backend = getattr(args, "backend", None) or choose_backend(args.model, entry)
+    draft_path = str(resolve_model(draft_spec, registry or load_registry(), backend=backend)[1]) if draft_spec else None
     ngram = entry.ngram if entry else {}
     return DrafterOptions(ngram_min=args.ngram_min or ngram.get("min", 2), ngram_max=args.ngram_max or ngram.get("max", 4),
                           suffix=suffix,
                           draft_model=draft_path, draft_name=draft_spec, known_drafts=known, seed=args.seed,
-                          eagle_head=getattr(args, "eagle_head", None))
+                          eagle_head=getattr(args, "eagle_head", None) or (entry.eagle.get("torch") if entry else None),
+                          eagle_tree=getattr(args, "eagle_tree", 0) or 0)

@@ -37,6 +37,42 @@ class Draft:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    @property
+    def is_chain(self) -> bool:
+        return all(p == i - 1 for i, p in enumerate(self.parents))
+
+    def depths(self) -> list[int]:
+        """Depth of every token (1: a child of the pending token); parents come before their children."""
+        out: list[int] = []
+        for i, p in enumerate(self.parents):
+            if not -1 <= p < i:
+                raise ValueError("Draft.parents must point to an earlier token or -1")
+            out.append(1 if p < 0 else out[p] + 1)
+        return out
+
+    def cut(self, depth: int) -> "Draft":
+        """The tokens at depth <= ``depth`` (a tree lists tokens by depth, so this is a prefix)."""
+        if self.is_chain:
+            n = min(depth, len(self))
+        else:
+            n = sum(1 for d in self.depths() if d <= depth)
+            if any(d > depth for d in self.depths()[:n]):
+                raise ValueError("a tree draft must list its tokens by depth")
+        if n == len(self):
+            return self
+        return Draft(self.tokens[:n], self.parents[:n], None if self.q is None else self.q[:n])
+
+    def main_chain(self) -> "Draft":
+        """The chain through every token's first child: the drafter's best guess in a tree."""
+        if self.is_chain:
+            return self
+        path, node = [], -1
+        for i, p in enumerate(self.parents):
+            if p == node:
+                path.append(i)
+                node = i
+        return Draft.chain([self.tokens[i] for i in path], None if self.q is None else self.q[path])
+
 
 EMPTY_DRAFT = Draft()
 
@@ -49,6 +85,7 @@ class Verdict:
     drafted: int
     accepted: int
     tokens: tuple[int, ...]  # accepted draft tokens followed by the target's own token
+    path: tuple[int, ...] = ()  # indices in the draft of the accepted tokens (a tree's accepted branch)
 
     @property
     def next_token(self) -> int:

@@ -19,39 +19,52 @@ from localspec.sampling import SamplingParams, sample
 from localspec.types import Draft, Verdict
 
 
-def verify_chain(draft: Draft, target_logits: np.ndarray, sampler: SamplingParams,
+def verify_draft(draft: Draft, target_logits: np.ndarray, sampler: SamplingParams,
                  rng: np.random.Generator, rules: Optional[list] = None) -> Verdict:
-    """``target_logits`` has len(draft) + 1 rows: row i is the target's prediction for draft position i
-    (row 0 follows the pending token), the last row predicts the token after a fully accepted draft.
-    Rows after the first rejection are never looked at.
+    """``target_logits`` has len(draft) + 1 rows: row 0 is the target's prediction after the pending token,
+    row i + 1 its prediction after draft token i (after the pending token and that token's ancestors).
+
+    A chain is a tree whose tokens each have one child. At every node the children are tried in draft
+    order: child x is accepted with probability min(1, p(x) / q(x)); on rejection p becomes the residual
+    norm(max(0, p - q)) and the next child is tried against it. When no child is accepted the target's
+    token is drawn from what is left of p (the full row when the node has no children: the bonus token).
+    With point-mass children (distinct tokens, q = None) each rejection removes the token from p, so the
+    output is distributed exactly as the target's own sample; children with q rows must be independent
+    draws from their q for the same to hold (a chain's single child always is).
 
     ``rules``, when given and the draft has q, collects per examined position the acceptance probability
     of this rule, sum min(p, q), next to that of exact matching (draw from q, draw from p, accept if
     equal), sum p * q: the two rules compared on the same drafts."""
     if target_logits.shape[0] != len(draft) + 1:
         raise ValueError(f"need {len(draft) + 1} rows of target logits, got {target_logits.shape[0]}")
+    children: dict[int, list[int]] = {}
+    for i, parent in enumerate(draft.parents):
+        children.setdefault(parent, []).append(i)
     accepted: list[int] = []
-    for i, x in enumerate(draft.tokens):
-        ids, p = sampler.distribution(target_logits[i])
-        p_x = float(p[ids == x].sum())
-        q_x = 1.0 if draft.q is None else float(draft.q[i, x])
-        if rules is not None and draft.q is not None:
-            q = draft.q[i, ids]
-            rules.append((float(np.minimum(p, q).sum()), float((p * q).sum())))
-        if rng.random() * q_x < p_x:  # u < p(x)/q(x), written without a division
-            accepted.append(x)
-            continue
-        return Verdict(len(draft), i, (*accepted, _sample_residual(ids, p, draft, i, x, rng)))
-    ids, p = sampler.distribution(target_logits[-1])
-    return Verdict(len(draft), len(draft), (*accepted, sample(p, rng, ids)))
+    path: list[int] = []
+    node = -1
+    while True:
+        ids, p = sampler.distribution(target_logits[node + 1])
+        for child in children.get(node, ()):
+            x = draft.tokens[child]
+            p_x = float(p[ids == x].sum())
+            q_x = 1.0 if draft.q is None else float(draft.q[child, x])
+            if rules is not None and draft.q is not None:
+                q = draft.q[child, ids]
+                rules.append((float(np.minimum(p, q).sum()), float((p * q).sum())))
+            if rng.random() * q_x < p_x:  # u < p(x)/q(x), written without a division
+                accepted.append(x)
+                path.append(child)
+                node = child
+                break
+            p = _residual(ids, p, None if draft.q is None else draft.q[child, ids], x)
+        else:  # no child, or every child rejected
+            return Verdict(len(draft), len(accepted), (*accepted, sample(p, rng, ids)), tuple(path))
 
 
-def _sample_residual(ids: np.ndarray, p: np.ndarray, draft: Draft, i: int, x: int,
-                     rng: np.random.Generator) -> int:
-    """A draw from norm(max(0, p - q)) at the rejected position."""
-    if draft.q is None:  # q is a point mass on x: the residual is p without x
-        r = np.where(ids == x, 0.0, p)
-    else:
-        r = np.maximum(p - draft.q[i, ids], 0.0)  # where p is 0, max(0, p - q) is 0 too
+def _residual(ids: np.ndarray, p: np.ndarray, q: Optional[np.ndarray], x: int) -> np.ndarray:
+    """norm(max(0, p - q)) after rejecting x (q None: a point mass on x, so p without x)."""
+    r = np.where(ids == x, 0.0, p) if q is None else np.maximum(p - q, 0.0)
+    total = r.sum()
     # p == q up to rounding cannot reject (min(1, p/q) = 1); this guards the float edge case only.
-    return sample(r if r.sum() > 0 else p, rng, ids)
+    return r / total if total > 0 else p

@@ -5,7 +5,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from localspec.backends.base import Backend
+from localspec.backends.base import Backend, Capabilities
 from localspec.drafters.base import Drafter
 from localspec.drafters.random import RandomDrafter  # noqa: F401  (tests import it from here)
 from localspec.types import Draft, ForwardOut, Verdict
@@ -58,6 +58,26 @@ class ScriptedBackend(Backend):
         return ForwardOut(np.array(rows, dtype=np.float32))
 
 
+class ScriptedTreeBackend(ScriptedBackend):
+    """ScriptedBackend with tree verification: each node's row follows its own branch."""
+
+    capabilities = Capabilities(tree_attention=True)
+
+    def forward_tree(self, tokens, parents, return_hidden: bool = False) -> ForwardOut:
+        self.forward_calls.append(len(tokens))
+        base = list(self._tokens)
+        branches = [[tokens[0]]]
+        for i, parent in enumerate(parents):
+            branches.append(branches[parent + 1] + [tokens[i + 1]])
+        self._tokens.extend(int(t) for t in tokens)
+        self._tree = (len(base), list(tokens))
+        return ForwardOut(np.array([self.logits_after(base + b) for b in branches], dtype=np.float32))
+
+    def accept_path(self, path) -> None:
+        start, tokens = self._tree
+        self._tokens[start:] = [tokens[0]] + [tokens[i + 1] for i in path]
+
+
 class OracleDrafter(Drafter):
     """Drafts from a known greedy continuation: right for the first ``right`` tokens of every draft, then
     wrong (``right=None``: always right). Used to show speculation never changes greedy output."""
@@ -103,3 +123,28 @@ class DistributionDrafter(Drafter):
 
     def observe(self, verdict: Verdict) -> None:
         self.verdicts.append(verdict)
+
+
+class TreeDrafter(Drafter):
+    """Proposes trees the way a draft head does: under each node the ``shape[d]`` tokens a scripted draft
+    model ranks highest after that branch (distinct point masses, best first), listed by depth."""
+
+    name = "tree"
+    tree_nodes = 1
+
+    def __init__(self, model: ScriptedBackend, shape=(3, 2)) -> None:
+        self.model, self.shape = model, shape
+
+    def propose(self, context, max_tokens, hidden=None) -> Draft:
+        tokens, parents, branches, level = [], [], {-1: []}, [-1]
+        for width in self.shape[:max_tokens]:
+            nxt = []
+            for parent in level:
+                ranked = np.argsort(-self.model.logits_after(list(context) + branches[parent]))
+                for t in ranked[:width]:
+                    tokens.append(int(t))
+                    parents.append(parent)
+                    branches[len(tokens) - 1] = branches[parent] + [int(t)]
+                    nxt.append(len(tokens) - 1)
+            level = nxt
+        return Draft(tuple(tokens), tuple(parents))

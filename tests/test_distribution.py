@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from fakes import DistributionDrafter, ScriptedBackend
+from fakes import DistributionDrafter, ScriptedBackend, ScriptedTreeBackend, TreeDrafter
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
@@ -78,6 +78,21 @@ def test_speculative_sampling_matches_target_distribution(sampling, kind):
     assert chi_square_p(counts, exact_distribution(backend, sampling)) > 1e-3
 
 
+@pytest.mark.parametrize("sampling", SETTINGS, ids=lambda s: f"T{s.temperature}-k{s.top_k}-p{s.top_p}")
+def test_tree_verification_matches_target_distribution(sampling):
+    """Trees of point-mass siblings (a draft model's 3 best first tokens, 2 best children each): children
+    tried in order against the residual, so later siblings get accepted too, and the output is still
+    exactly the target's."""
+    backend = ScriptedTreeBackend(vocab_size=V, scale=1.5, seed=3)
+    paths = []
+    accept = backend.accept_path
+    backend.accept_path = lambda path: (paths.append(tuple(path)), accept(path))
+    drafter = lambda: TreeDrafter(ScriptedBackend(vocab_size=V, scale=1.5, seed=4), shape=(3, 2))  # noqa: E731
+    counts, _ = sample_answers(backend, drafter, sampling, seed=11)
+    assert any(p and p[0] > 0 for p in paths) and any(len(p) == 2 for p in paths)  # later siblings, depth 2
+    assert chi_square_p(counts, exact_distribution(backend, sampling)) > 1e-3
+
+
 class LyingDrafter(DistributionDrafter):
     """Claims a uniform q while sampling from its real one: verification is then biased."""
 
@@ -91,3 +106,13 @@ def test_the_chi_square_check_catches_a_biased_sampler():
     backend = ScriptedBackend(vocab_size=V, scale=1.5, seed=3)
     counts, _ = sample_answers(backend, lambda: LyingDrafter(V, k=2, temperature=0.3), sampling, seed=11)
     assert chi_square_p(counts, exact_distribution(backend, sampling)) < 1e-6
+
+
+def test_the_chi_square_check_catches_siblings_tried_against_the_full_p(monkeypatch):
+    """Without removing a rejected sibling from p, later siblings and the final draw are biased."""
+    import localspec.verify as verify
+    monkeypatch.setattr(verify, "_residual", lambda ids, p, q, x: p)
+    backend = ScriptedTreeBackend(vocab_size=V, scale=1.5, seed=3)
+    drafter = lambda: TreeDrafter(ScriptedBackend(vocab_size=V, scale=1.5, seed=4), shape=(3, 2))  # noqa: E731
+    counts, _ = sample_answers(backend, drafter, SETTINGS[0], seed=11)
+    assert chi_square_p(counts, exact_distribution(backend, SETTINGS[0])) < 1e-6

@@ -4,7 +4,7 @@ import pytest
 from localspec.errors import ConfigError
 from localspec.sampling import SamplingParams, sample
 from localspec.types import Draft
-from localspec.verify import verify_chain
+from localspec.verify import verify_draft
 
 LOGITS = np.log(np.array([[0.5, 0.2, 0.15, 0.1, 0.05]]))
 
@@ -59,10 +59,10 @@ def test_verify_greedy_accepts_the_argmax_prefix_then_corrects():
     logits = np.array([[0, 5, 0], [0, 0, 5], [5, 0, 0], [0, 5, 0]], dtype=float)
     greedy = SamplingParams(temperature=0)
     rng = np.random.default_rng(0)
-    assert verify_chain(Draft.chain([1, 2, 0]), logits, greedy, rng).tokens == (1, 2, 0, 1)
-    v = verify_chain(Draft.chain([1, 0, 0]), logits, greedy, rng)
+    assert verify_draft(Draft.chain([1, 2, 0]), logits, greedy, rng).tokens == (1, 2, 0, 1)
+    v = verify_draft(Draft.chain([1, 0, 0]), logits, greedy, rng)
     assert (v.accepted, v.tokens) == (1, (1, 2))
-    assert verify_chain(Draft.chain([]), logits[:1], greedy, rng).tokens == (1,)
+    assert verify_draft(Draft.chain([]), logits[:1], greedy, rng).tokens == (1,)
 
 
 def test_verify_with_q_uses_the_ratio_and_the_residual():
@@ -71,11 +71,11 @@ def test_verify_with_q_uses_the_ratio_and_the_residual():
     sampler = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
     logits = np.log(np.array([[0.5, 0.5], [0.5, 0.5]]))
     rng = np.random.default_rng(1)
-    firsts = [verify_chain(Draft.chain([0], np.array([[1.0, 0.0]])), logits, sampler, rng).tokens[0]
+    firsts = [verify_draft(Draft.chain([0], np.array([[1.0, 0.0]])), logits, sampler, rng).tokens[0]
               for _ in range(10000)]
     assert abs(np.mean(firsts) - 0.5) < 0.02
 
 
 def test_verify_rejects_a_window_of_the_wrong_size():
     with pytest.raises(ValueError, match="rows"):
-        verify_chain(Draft.chain([1, 2]), np.zeros((2, 3)), SamplingParams(), np.random.default_rng())
+        verify_draft(Draft.chain([1, 2]), np.zeros((2, 3)), SamplingParams(), np.random.default_rng())

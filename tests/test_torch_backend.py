@@ -73,9 +73,14 @@ def test_speculative_greedy_equals_plain_greedy(name):
 def test_hidden_states_are_what_the_lm_head_sees():
     backend = tiny("qwen2-bias-tied")
     out = backend.forward([3, 4, 5], return_hidden=True)
-    assert out.hidden.shape == (1, 3, 32)
+    assert out.hidden.shape == (3, 32)
     embed = backend.model.embed.weight.detach().numpy()
-    assert_close(out.hidden[0] @ embed.T, out.logits)
+    assert_close(out.hidden @ embed.T, out.logits)
+    backend.set_feature_layers((0, 1, -1))  # several layers come concatenated per token, in that order
+    backend.truncate(0)
+    both = backend.forward([3, 4, 5], return_hidden=True).hidden
+    assert both.shape == (3, 96) and np.array_equal(both[:, 64:], out.hidden)
+    assert_close(both[:, :32], embed[[3, 4, 5]])  # the input of layer 0 is the embedding
 
 
 def test_llama3_rope_scaling_slows_only_long_wavelengths():
@@ -137,29 +142,17 @@ def test_parity_with_llama_cpp_on_smollm2():
 HF_NAMES = {"attn_norm": "input_layernorm", "q": "self_attn.q_proj", "k": "self_attn.k_proj",
             "v": "self_attn.v_proj", "o": "self_attn.o_proj", "mlp_norm": "post_attention_layernorm",
             "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
-
 def write_hf_checkpoint(folder, model_type, seed=0):
     """A tiny checkpoint in the Hugging Face layout: config.json, model.safetensors (HF tensor names),
     and a byte-level BPE tokenizer.json trained here with the tokenizers package."""
     import json
     from safetensors.torch import save_file
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    corpus = ["hello world, the quick brown fox jumps over the lazy dog", "def add(a, b):\n    return a + b"] * 20
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=320, special_tokens=["<|im_start|>", "<|im_end|>"],
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok.save(str(folder / "tokenizer.json"))
-    vocab = tok.get_vocab_size()
+    from hf_folder import write_tokenizer
+    vocab = write_tokenizer(folder)
     cfg = {"model_type": model_type, "vocab_size": vocab, "hidden_size": 32, "intermediate_size": 64,
            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6,
            "rope_theta": 10000.0, "tie_word_embeddings": model_type == "qwen2", "max_position_embeddings": 512}
     (folder / "config.json").write_text(json.dumps(cfg))
-    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML, "eos_token": "<|im_end|>"}))
     torch.manual_seed(seed)
     model = Decoder(DecoderConfig(vocab, 32, 64, 2, 4, 2, 8, rms_eps=1e-6, attn_bias=model_type == "qwen2",
                                   tie_embeddings=model_type == "qwen2", max_positions=512))
@@ -262,7 +255,7 @@ def test_eagle_head_drafts_and_output_stays_the_targets(tmp_path, name, fmt, wit
 def test_eagle_needs_the_torch_backend_and_a_real_head(tmp_path):
     from localspec.drafters.eagle import EagleDrafter
     from localspec.errors import ConfigError, ModelError
-    with pytest.raises(ConfigError, match="torch backend"):
+    with pytest.raises(ConfigError, match="hidden states.*--backend torch"):
         EagleDrafter(ScriptedBackend(), tmp_path)
     (tmp_path / "config.json").write_text("{}")
     torch.save({"something": torch.zeros(1)}, tmp_path / "pytorch_model.bin")

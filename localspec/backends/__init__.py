@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from localspec.errors import ConfigError
 
-BACKENDS = ("llama.cpp", "torch")
+BACKENDS = ("llama.cpp", "torch", "mlx")
 
 
 def load_backend(name: str, path: str, **options):
@@ -16,4 +16,7 @@ def load_backend(name: str, path: str, **options):
         options.pop("n_gpu_layers", None)
         options.pop("on_load", None)
         return TorchBackend(path, **options)
+    if name == "mlx":
+        from localspec.backends.mlx_backend import MlxBackend
+        return MlxBackend(path, n_ctx=options.get("n_ctx"))
     raise ConfigError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")

@@ -137,3 +137,63 @@ class StreamDetokenizer:
 
     def flush(self) -> str:
         return self._decoder.decode(b"", final=True)
+
+
+class ModelBackend(Backend):
+    """A backend that runs its own model (torch, MLX) next to a separate tokenizer backend: tokenizer calls
+    are delegated, and prompts are prefilled in chunks by one loop. Subclasses implement
+    ``_prefill_chunk(tokens, features) -> feature rows or None`` and set ``feature_width``."""
+
+    tokenizer: Backend
+    feature_width: int = 0
+    PREFILL_CHUNK = 256
+
+    def _take_tokenizer(self, tokenizer: Backend) -> None:
+        self.tokenizer = tok = tokenizer
+        self.eog_tokens, self.bos_token, self.eos_token = tok.eog_tokens, tok.bos_token, tok.eos_token
+        self.add_bos, self.chat_template = tok.add_bos, tok.chat_template
+
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
+        return self.tokenizer.tokenize(text, special)
+
+    def token_bytes(self, token: int) -> bytes:
+        return self.tokenizer.token_bytes(token)
+
+    def token_text(self, token: int) -> str:
+        return self.tokenizer.token_text(token)
+
+    def tokenizer_kind(self) -> str:
+        return self.tokenizer.tokenizer_kind()
+
+    def is_padding(self, token: int) -> bool:
+        return self.tokenizer.is_padding(token)
+
+    def prefill(self, tokens: Sequence[int], progress: Progress = None) -> None:
+        self._chunked(tokens, progress, features=False)
+
+    def prefill_features(self, tokens: Sequence[int], progress: Progress = None):
+        """prefill that also returns the tokens' features [n, feature_width] (the backend's feature layers,
+        concatenated per token)."""
+        return self._chunked(tokens, progress, features=True)
+
+    def _chunked(self, tokens: Sequence[int], progress: Progress, features: bool):
+        import numpy as np
+        rows = []
+        for start in range(0, len(tokens), self.PREFILL_CHUNK):
+            chunk = tokens[start:start + self.PREFILL_CHUNK]
+            out = self._prefill_chunk(chunk, features)
+            if features:
+                rows.append(out)
+            if progress is not None:
+                progress(start + len(chunk), len(tokens))
+        if not features:
+            return None
+        return np.concatenate(rows) if rows else np.zeros((0, self.feature_width), np.float32)
+
+    def _prefill_chunk(self, tokens: Sequence[int], features: bool):
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.model = None
+        if getattr(self, "tokenizer", None) is not None:
+            self.tokenizer.close()

@@ -11,12 +11,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from localspec.backends.base import Backend, Capabilities, Progress
+from localspec.backends.base import Backend, Capabilities, ModelBackend
 from localspec.errors import ConfigError, ContextOverflow, ModelError
 from localspec.types import ForwardOut
 
 DEFAULT_CTX = 4096
-PREFILL_CHUNK = 256
 
 
 def _torch():
@@ -27,9 +26,9 @@ def _torch():
     return torch
 
 
-class TorchBackend(Backend):
+class TorchBackend(ModelBackend):
     name = "torch"
-    capabilities = Capabilities(can_truncate=True, hidden_states=True, tree_attention=False)
+    capabilities = Capabilities(can_truncate=True, hidden_states=True, tree_attention=True)
 
     def __init__(self, path, *, n_ctx: Optional[int] = None, n_threads: Optional[int] = None,
                  device: Optional[str] = None, dtype: Optional[str] = None, hidden_layers: Sequence[int] = (-1,),
@@ -69,57 +68,75 @@ class TorchBackend(Backend):
         self.n_ctx = min(n_ctx or DEFAULT_CTX, cfg.max_positions)
         self.model.allocate_cache(self.n_ctx)
         self.vocab_size = cfg.vocab_size
-        tok = self.tokenizer
-        self.eog_tokens, self.bos_token, self.eos_token = tok.eog_tokens, tok.bos_token, tok.eos_token
-        self.add_bos, self.chat_template, self.model_name = tok.add_bos, tok.chat_template, tok.model_name
-        self.hidden_layers = tuple(hidden_layers)
+        self._take_tokenizer(self.tokenizer)
+        self.model_name = self.tokenizer.model_name
+        self.set_feature_layers(hidden_layers)
 
-    # -- tokenizer (delegated) --------------------------------------------------------------------------
-    def tokenize(self, text: str, special: bool = False) -> list[int]:
-        return self.tokenizer.tokenize(text, special)
-
-    def token_bytes(self, token: int) -> bytes:
-        return self.tokenizer.token_bytes(token)
-
-    def token_text(self, token: int) -> str:
-        return self.tokenizer.token_text(token)
-
-    def tokenizer_kind(self) -> str:
-        return self.tokenizer.tokenizer_kind()
-
-    def is_padding(self, token: int) -> bool:
-        return self.tokenizer.is_padding(token)
+    def set_feature_layers(self, layers: Sequence[int]) -> None:
+        """Which hidden states ``forward(return_hidden=True)`` and ``prefill_features`` return, concatenated
+        per token in this order: layer i's input, or -1 for the last layer's normed output (EAGLE-1's
+        feature); EAGLE-3 asks for three."""
+        n = self.model.cfg.n_layers
+        bad = [i for i in layers if not -1 <= i < n]
+        if bad or not layers:
+            raise ConfigError(f"hidden layers {tuple(layers)} asked of a {n}-layer model")
+        self.hidden_layers = tuple(layers)
+        self.feature_width = self.model.cfg.hidden_size * len(self.hidden_layers)
 
     # -- cache ----------------------------------------------------------------------------------------
     def truncate(self, keep: int) -> None:
         del self._tokens[max(0, keep):]  # positions past the length are simply overwritten later
 
-    def prefill(self, tokens: Sequence[int], progress: Progress = None) -> None:
-        self._prefill(tokens, progress, features=False)
+    def _prefill_chunk(self, tokens: Sequence[int], features: bool) -> Optional[np.ndarray]:
+        _, hidden = self._run(tokens, logits=False, hidden=self.hidden_layers if features else ())
+        return self._features(hidden) if features else None
 
-    def prefill_features(self, tokens: Sequence[int], progress: Progress = None) -> np.ndarray:
-        """prefill that also returns the last layer's features of the tokens [n, hidden]."""
-        return self._prefill(tokens, progress, features=True)
-
-    def _prefill(self, tokens: Sequence[int], progress: Progress, features: bool) -> Optional[np.ndarray]:
-        rows = []
-        for start in range(0, len(tokens), PREFILL_CHUNK):
-            chunk = tokens[start:start + PREFILL_CHUNK]
-            _, hidden = self._run(chunk, logits=False, hidden=(-1,) if features else ())
-            if features:
-                rows.append(hidden[-1].float().cpu().numpy())
-            if progress is not None:
-                progress(start + len(chunk), len(tokens))
-        if not features:
-            return None
-        return np.concatenate(rows) if rows else np.zeros((0, self.model.cfg.hidden_size), np.float32)
+    def _features(self, hidden: dict) -> np.ndarray:
+        torch = _torch()
+        return torch.cat([hidden[i] for i in self.hidden_layers], dim=-1).float().cpu().numpy()
 
     def forward(self, tokens: Sequence[int], return_hidden: bool = False) -> ForwardOut:
         logits, hidden = self._run(tokens, logits=True, hidden=self.hidden_layers if return_hidden else ())
-        out_hidden = None
-        if return_hidden:
-            out_hidden = np.stack([hidden[i].float().cpu().numpy() for i in self.hidden_layers], axis=0)
-        return ForwardOut(logits.cpu().numpy(), out_hidden)
+        return ForwardOut(logits.cpu().numpy(), self._features(hidden) if return_hidden else None)
+
+    def forward_tree(self, tokens: Sequence[int], parents: Sequence[int], return_hidden: bool = False) -> ForwardOut:
+        """Verify a tree in one pass: tokens[0] is the pending token, tokens[i + 1] a draft token whose parent
+        is draft token parents[i] (-1: the pending token). Each sits at position pending + its depth and
+        attends to the cache and its own ancestors; row i of the output follows token i. The cache then
+        holds every node until ``accept_path`` keeps one branch."""
+        torch = _torch()
+        start, n = len(self._tokens), len(tokens)
+        if start + n > self.n_ctx:
+            raise ContextOverflow(f"the context is full ({self.n_ctx} tokens); start a new chat or raise --ctx")
+        up = [-1] + [p + 1 for p in parents]  # parents in tree rows (row 0: the pending token)
+        depth = [0] * n
+        mask = torch.zeros(n, start + n, dtype=torch.bool)
+        mask[:, :start] = True
+        for i in range(n):
+            if i:
+                depth[i] = depth[up[i]] + 1
+                mask[i, start:start + i] = mask[up[i], start:start + i]
+            mask[i, start + i] = True
+        positions = torch.tensor([start + d for d in depth], device=self.device)
+        ids = torch.tensor(list(tokens), dtype=torch.long, device=self.device)
+        logits, hidden = self.model(ids, start, logits=True, hidden_layers=self.hidden_layers if return_hidden else (),
+                                    positions=positions, mask=mask.to(self.device))
+        self._tokens.extend(int(t) for t in tokens)
+        self._tree_start = start
+        return ForwardOut(logits.cpu().numpy(), self._features(hidden) if return_hidden else None)
+
+    def accept_path(self, path: Sequence[int]) -> None:
+        """After ``forward_tree``: keep the pending token and the draft tokens ``path`` (a branch, root first),
+        moving their keys and values to consecutive slots; the rest is cut off."""
+        start, m = self._tree_start + 1, self.model
+        src = [start + i for i in path]
+        dst = list(range(start, start + len(path)))
+        if src != dst:
+            m.k_cache[:, dst] = m.k_cache[:, src]
+            m.v_cache[:, dst] = m.v_cache[:, src]
+            tokens = [self._tokens[s] for s in src]
+            self._tokens[start:start + len(path)] = tokens
+        del self._tokens[start + len(path):]
 
     def _run(self, tokens: Sequence[int], logits: bool, hidden: Sequence[int] = ()):
         torch = _torch()
@@ -136,11 +153,6 @@ class TorchBackend(Backend):
         params = sum(p.numel() * p.element_size() for p in model.parameters())
         cache = 0 if model.k_cache is None else 2 * model.k_cache.numel() * model.k_cache.element_size()
         return params + cache
-
-    def close(self) -> None:
-        self.model = None
-        if getattr(self, "tokenizer", None) is not None:
-            self.tokenizer.close()
 
 
 # -- GGUF ------------------------------------------------------------------------------------------------

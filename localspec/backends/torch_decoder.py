@@ -103,46 +103,67 @@ class Decoder(nn.Module):
         self.v_cache = torch.zeros(shape, dtype=p.dtype, device=p.device)
 
     @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, start: int, logits: bool = True,
-                hidden_layers: Sequence[int] = ()) -> tuple[Optional[torch.Tensor], dict]:
-        """Run tokens at positions start.. start+T-1 against the cache (which they extend). Returns logits
-        [T, vocab] (float32) and the hidden states asked for: layer index -> [T, hidden] (-1: the last
-        layer after the final norm, what the LM head sees)."""
-        x, hidden = self._layers(self.embed(tokens), start, hidden_layers=hidden_layers)
+    def forward(self, tokens: torch.Tensor, start: int, logits: bool = True, hidden_layers: Sequence[int] = (),
+                positions: Optional[torch.Tensor] = None, mask: Optional[torch.Tensor] = None
+                ) -> tuple[Optional[torch.Tensor], dict]:
+        """Run tokens in cache slots start.. start+T-1 (see ``_layers`` for trees). Returns logits [T, vocab]
+        (float32) and the hidden states asked for: layer index i -> the input of layer i [T, hidden]
+        (-1: the last layer's output after the final norm, what the LM head sees)."""
+        x, hidden = self._layers(self.embed(tokens), start, hidden_layers=hidden_layers, positions=positions,
+                                 mask=mask)
         if not logits:
             return None, hidden
         head = self.embed.weight if self.lm_head is None else self.lm_head.weight
         return (x @ head.T).float(), hidden
 
     @torch.inference_mode()
-    def forward_embeddings(self, x: torch.Tensor, start: int, lo: int = 0) -> torch.Tensor:
-        """The final hidden states of input embeddings x at positions start..; attention sees the cache from
-        position lo on (an EAGLE head's cache starts mid-context)."""
-        return self._layers(x, start, lo=lo)[0]
+    def forward_embeddings(self, x: torch.Tensor, start: int, lo: int = 0, positions=None, mask=None) -> torch.Tensor:
+        """The final hidden states of input embeddings x at slots start..; attention sees the cache from
+        slot lo on (an EAGLE head's cache starts mid-context)."""
+        return self._layers(x, start, lo=lo, positions=positions, mask=mask)[0]
 
-    def _layers(self, x: torch.Tensor, start: int, lo: int = 0, hidden_layers: Sequence[int] = ()):
-        cfg = self.cfg
+    def rope(self, positions: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        angles = torch.outer(positions.to(torch.float32), self.inv_freq)[:, None, :]
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+    def attend(self, i: int, layer: Layer, h: torch.Tensor, cos, sin, start: int, lo: int,
+               mask: torch.Tensor) -> torch.Tensor:
+        """Layer i's attention output (o projection applied) for normed inputs h in slots start..; keys and
+        values go into the cache when there is one, else attention stays within h (training)."""
+        cfg, n = self.cfg, h.shape[0]
+        q = rotate(layer.q(h).view(n, cfg.n_heads, cfg.head_dim), cos, sin)
+        k = rotate(layer.k(h).view(n, cfg.n_kv_heads, cfg.head_dim), cos, sin)
+        v = layer.v(h).view(n, cfg.n_kv_heads, cfg.head_dim)
+        if self.k_cache is not None:
+            end = start + n
+            self.k_cache[i, start:end], self.v_cache[i, start:end] = k, v
+            k, v = self.k_cache[i, lo:end], self.v_cache[i, lo:end]
+        out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+                                             attn_mask=mask, enable_gqa=cfg.n_heads != cfg.n_kv_heads)
+        return layer.o(out.transpose(0, 1).reshape(n, cfg.n_heads * cfg.head_dim))
+
+    @staticmethod
+    def mlp(layer: Layer, x: torch.Tensor) -> torch.Tensor:
+        h = layer.mlp_norm(x)
+        return layer.down(F.silu(layer.gate(h)) * layer.up(h))
+
+    def _layers(self, x: torch.Tensor, start: int, lo: int = 0, hidden_layers: Sequence[int] = (),
+                positions: Optional[torch.Tensor] = None, mask: Optional[torch.Tensor] = None):
+        """x goes into cache slots start..start+n-1. By default slot = position and attention is causal;
+        a tree passes each node's rotary ``positions`` and a ``mask`` [n, end - lo] of the slots it sees."""
         n = x.shape[0]
         end = start + n
-        pos = torch.arange(start, end, device=x.device, dtype=torch.float32)
-        angles = torch.outer(pos, self.inv_freq)[:, None, :]
-        cos, sin = angles.cos().to(self.k_cache.dtype), angles.sin().to(self.k_cache.dtype)
-        mask = torch.ones(n, end - lo, dtype=torch.bool, device=x.device).tril(diagonal=start - lo)
+        if positions is None:
+            positions = torch.arange(start, end, device=x.device)
+        cos, sin = self.rope(positions, x.dtype)
+        if mask is None:
+            mask = torch.ones(n, end - lo, dtype=torch.bool, device=x.device).tril(diagonal=start - lo)
         hidden = {}
         for i, layer in enumerate(self.layers):
             if i in hidden_layers:
                 hidden[i] = x
-            h = layer.attn_norm(x)
-            q = rotate(layer.q(h).view(n, cfg.n_heads, cfg.head_dim), cos, sin)
-            k = rotate(layer.k(h).view(n, cfg.n_kv_heads, cfg.head_dim), cos, sin)
-            self.k_cache[i, start:end] = k
-            self.v_cache[i, start:end] = layer.v(h).view(n, cfg.n_kv_heads, cfg.head_dim)
-            keys, values = self.k_cache[i, lo:end].transpose(0, 1), self.v_cache[i, lo:end].transpose(0, 1)
-            out = F.scaled_dot_product_attention(q.transpose(0, 1), keys, values, attn_mask=mask,
-                                                 enable_gqa=cfg.n_heads != cfg.n_kv_heads)
-            x = x + layer.o(out.transpose(0, 1).reshape(n, cfg.n_heads * cfg.head_dim))
-            h = layer.mlp_norm(x)
-            x = x + layer.down(F.silu(layer.gate(h)) * layer.up(h))
+            x = x + self.attend(i, layer, layer.attn_norm(x), cos, sin, start, lo, mask)
+            x = x + self.mlp(layer, x)
         x = self.norm(x)
         if -1 in hidden_layers:
             hidden[-1] = x

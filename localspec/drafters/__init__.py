@@ -22,7 +22,8 @@ class DrafterOptions:
     draft_model: Optional[str] = None  # path of the draft model's file (--drafter draft)
     draft_name: Optional[str] = None  # how the user named it, for messages
     known_drafts: tuple[str, ...] = ()  # the draft models models.toml recommends for the target
-    eagle_head: Optional[str] = None  # folder of an EAGLE head (--drafter eagle)
+    eagle_head: Optional[str] = None  # folder or Hub repo of an EAGLE head (--drafter eagle)
+    eagle_tree: int = 0  # tokens per EAGLE tree draft (0: chains)
     seed: Optional[int] = None
 
 
@@ -44,9 +45,9 @@ def make_drafter(name: str, backend: Optional[Backend] = None,
     if name == "eagle":
         from localspec.drafters.eagle import EagleDrafter
         if not options.eagle_head:
-            raise ConfigError("--drafter eagle needs --eagle-head FOLDER (an EAGLE-1/2 head: config.json + "
-                              "pytorch_model.bin or model.safetensors)")
-        return EagleDrafter(backend, Path(options.eagle_head), options.seed)
+            raise ConfigError("--drafter eagle needs --eagle-head FOLDER|REPO (an EAGLE-1/2/3 head: config.json + "
+                              "pytorch_model.bin or model.safetensors; `localspec train-eagle` makes one)")
+        return EagleDrafter(backend, eagle_folder(options.eagle_head), options.seed, tree_nodes=options.eagle_tree)
     if name == "random":
         from localspec.drafters.random import RandomDrafter
         return RandomDrafter(backend.vocab_size if backend is not None else 32000, options.seed)
@@ -61,6 +62,19 @@ def make_drafter(name: str, backend: Optional[Backend] = None,
     return SuffixDrafter(params, store)
 
 
+def eagle_folder(spec: str) -> Path:
+    """A head folder on disk, or a Hub repo id already downloaded into the Hugging Face cache."""
+    path = Path(spec).expanduser()
+    if path.exists() or spec.startswith((".", "/", "~")) or spec.count("/") != 1:
+        return path
+    try:
+        from huggingface_hub import snapshot_download
+        return Path(snapshot_download(spec, local_files_only=True))
+    except Exception as exc:
+        raise ConfigError(f"EAGLE head {spec!r} is neither a folder nor a downloaded Hub repo ({type(exc).__name__}); "
+                          f"`localspec pull MODEL --backend torch` downloads a model's head") from exc
+
+
 def _draft_model(target: Optional[Backend], options: DrafterOptions) -> Drafter:
     from localspec.backends import load_backend
     from localspec.drafters.draft_model import DraftModelDrafter
@@ -70,7 +84,7 @@ def _draft_model(target: Optional[Backend], options: DrafterOptions) -> Drafter:
     path = options.draft_model
     if not path and options.known_drafts:  # the target's recommended draft
         from localspec.registry import resolve_model
-        path = str(resolve_model(options.known_drafts[0])[1])
+        path = str(resolve_model(options.known_drafts[0], backend=target.name)[1])
     if not path:
         listed = ", ".join(options.known_drafts) or "none listed in models.toml for this model"
         raise ConfigError(f"--drafter draft needs --draft-model NAME|PATH (a smaller model with the same "

@@ -40,6 +40,10 @@ class Drafter:
         """The drafter's own figures for the turn's stats."""
         return {}
 
+    def describe(self) -> str:
+        """A few words on the drafter's setup for the load report ('' when its name says it all)."""
+        return ""
+
     def close(self) -> None:
         pass
 

@@ -1,0 +1,164 @@
+"""The MLX backend: any model mlx-lm can load (Apple silicon; MLX's CPU build on Linux for development).
+
+A model folder (config.json, safetensors, tokenizer.json; what `localspec pull NAME --backend mlx`
+downloads) is loaded with mlx-lm's own classes; the tokenizer and chat template come from the folder
+through the `tokenizers` package. The KV cache is mlx-lm's prompt cache; rolling back rejected tokens trims
+it, so models whose cache cannot be trimmed (sliding-window rotating caches, recurrent state) are refused
+for speculation before anything is generated.
+
+Hidden states without touching mlx-lm's code: the decoder layers and the final norm of the inner model
+get a subclass whose call also records its input (a layer) or output (the norm), so EAGLE heads can be
+fed from any architecture that stacks `model.model.layers` and ends with `model.model.norm`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from localspec.backends.base import Backend, Capabilities, ModelBackend
+from localspec.errors import ConfigError, ContextOverflow, ModelError
+from localspec.types import ForwardOut
+
+DEFAULT_CTX = 4096
+
+
+def _mlx():
+    try:
+        import mlx.core as mx
+        import mlx_lm  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError("the mlx backend needs mlx-lm: pip install 'localspec[mlx]' (on Apple silicon; "
+                          "mlx-lm[cpu] on Linux)") from exc
+    return mx
+
+
+class MlxBackend(ModelBackend):
+    name = "mlx"
+
+    def __init__(self, path, *, n_ctx: Optional[int] = None, **_ignored) -> None:
+        super().__init__()
+        _mlx()
+        folder = Path(path)
+        if not folder.is_dir():
+            raise ModelError(f"{folder}: the mlx backend loads a model folder (config.json + safetensors), as "
+                             f"`localspec pull NAME --backend mlx` downloads; for a .gguf file use --backend llama.cpp")
+        from mlx_lm.utils import load_model
+        from localspec.backends.torch_hf import HfTokenizer
+        try:
+            model, config = load_model(folder)
+        except (ValueError, FileNotFoundError, KeyError) as exc:
+            raise ModelError(f"{folder}: mlx-lm cannot load this model ({exc})") from exc
+        self._setup(model, HfTokenizer(folder), n_ctx, config.get("max_position_embeddings"), folder.name)
+
+    @classmethod
+    def from_model(cls, model, tokenizer: Backend, n_ctx: int = 512, name: str = "<memory>") -> "MlxBackend":
+        """A backend around an mlx-lm model built in memory (tests, tools) and any tokenizer backend."""
+        self = cls.__new__(cls)
+        Backend.__init__(self)
+        self._setup(model, tokenizer, n_ctx, None, name)
+        return self
+
+    def _setup(self, model, tokenizer: Backend, n_ctx: Optional[int], max_positions: Optional[int], name: str) -> None:
+        from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
+        self.model, self.tokenizer = model, tokenizer
+        self.cache = make_prompt_cache(model)
+        inner = getattr(model, "model", None)
+        self._inner = inner if inner is not None and hasattr(inner, "layers") and hasattr(inner, "norm") else None
+        self.n_ctx = min(n_ctx or DEFAULT_CTX, max_positions or DEFAULT_CTX * 32)
+        self.capabilities = Capabilities(can_truncate=can_trim_prompt_cache(self.cache) and self._never_wraps(),
+                                         hidden_states=self._inner is not None, tree_attention=False)
+        self.vocab_size = int(model.args.vocab_size) if hasattr(model, "args") else tokenizer.vocab_size
+        self._take_tokenizer(tokenizer)
+        self.model_name = name
+        self._captured: dict = {}
+        self.hidden_layers: tuple[int, ...] = (-1,)
+        self.feature_width = int(model.args.hidden_size) if hasattr(model, "args") else 0
+        if self._inner is not None:
+            self._install_capture()
+
+    def _never_wraps(self) -> bool:
+        """A rotating (sliding-window) cache can be trimmed only until it wraps: refuse it unless its window
+        holds the whole context."""
+        from mlx_lm.models.cache import RotatingKVCache
+        return all(c.max_size >= self.n_ctx for c in self.cache if isinstance(c, RotatingKVCache))
+
+    # -- hidden states --------------------------------------------------------------------------------
+    def _install_capture(self) -> None:
+        store = self._captured
+
+        def capturing(cls, key, record_output):
+            def call(self_, x, *args, **kwargs):
+                out = cls.__call__(self_, x, *args, **kwargs)
+                if store.get("on"):
+                    store[key(self_)] = out if record_output else x
+                return out
+            return type(f"Captured{cls.__name__}", (cls,), {"__call__": call})
+
+        for i, layer in enumerate(self._inner.layers):
+            layer.__class__ = capturing(type(layer), lambda _, i=i: i, False)
+        norm = self._inner.norm
+        norm.__class__ = capturing(type(norm), lambda _: -1, True)
+
+    def set_feature_layers(self, layers: Sequence[int]) -> None:
+        n = len(self._inner.layers) if self._inner is not None else 0
+        if not layers or any(not -1 <= i < n for i in layers):
+            raise ConfigError(f"hidden layers {tuple(layers)} asked of a {n}-layer model")
+        self.hidden_layers = tuple(layers)
+        self.feature_width = int(self.model.args.hidden_size) * len(layers)
+
+    def _features(self) -> np.ndarray:
+        mx = _mlx()
+        rows = mx.concatenate([self._captured[i][0] for i in self.hidden_layers], axis=-1)
+        return np.array(rows.astype(mx.float32))
+
+    # -- cache ----------------------------------------------------------------------------------------
+    def truncate(self, keep: int) -> None:
+        from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+        keep = max(0, keep)
+        drop = len(self._tokens) - keep
+        if drop <= 0:
+            return
+        if self.capabilities.can_truncate:
+            trim_prompt_cache(self.cache, drop)
+            del self._tokens[keep:]
+        else:  # a cache that cannot be trimmed (plain decoding only) is rebuilt from the kept tokens
+            kept = self._tokens[:keep]
+            self.cache, self._tokens = make_prompt_cache(self.model), []
+            self.prefill(kept)
+
+    def _prefill_chunk(self, tokens: Sequence[int], features: bool) -> Optional[np.ndarray]:
+        self._run(tokens, logits=False, capture=features)
+        return self._features() if features else None
+
+    def forward(self, tokens: Sequence[int], return_hidden: bool = False) -> ForwardOut:
+        mx = _mlx()
+        logits = self._run(tokens, logits=True, capture=return_hidden)
+        return ForwardOut(np.array(logits[0].astype(mx.float32)), self._features() if return_hidden else None)
+
+    def _run(self, tokens: Sequence[int], logits: bool, capture: bool):
+        mx = _mlx()
+        if len(self._tokens) + len(tokens) > self.n_ctx:
+            raise ContextOverflow(f"the context is full ({self.n_ctx} tokens); start a new chat or raise --ctx")
+        ids = mx.array([list(tokens)], dtype=mx.int32)
+        self._captured["on"] = capture
+        try:
+            if logits or self._inner is None:
+                out = self.model(ids, cache=self.cache)
+            else:  # a prefill needs no logits: the inner model fills the cache
+                out = self._inner(ids, cache=self.cache)
+            mx.eval(out)  # the output depends on every layer's cache update, so this also fills the cache
+        finally:
+            self._captured["on"] = False
+        self._tokens.extend(int(t) for t in tokens)
+        return out
+
+    def memory_bytes(self) -> int:
+        from mlx.utils import tree_flatten
+        params = sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
+        return params + sum(c.nbytes for c in self.cache)
+
+    def close(self) -> None:
+        super().close()
+        self.cache = None

@@ -1,0 +1,287 @@
+"""`localspec train-eagle`: distil an EAGLE-1 head for a local model from its own hidden states.
+
+The target (torch backend) reads the corpus once; its last-layer features f_j (what its LM head reads) are
+kept in memory. The head learns, at every position j, to predict f_{j+1} from (embedding of token j+1, f_j)
+with a causal attention layer over the sequence, as in EAGLE-1: a smooth-L1 loss on the feature plus
+0.1 x the cross-entropy between the target's next-token distribution softmax(W f_{j+1}) and the head's
+softmax(W f^_{j+1}) through the target's own (frozen) LM head W. Uniform noise on the input features makes
+the head tolerate its own, imperfect features when it drafts several tokens.
+
+The result is a folder in the published EAGLE-1 layout (config.json + model.safetensors), so
+`--drafter eagle --eagle-head DIR` loads it like a downloaded head. Work is saved every few minutes and on
+Ctrl-C, so an interrupted run keeps what it learnt.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from localspec.errors import ConfigError
+
+REG_WEIGHT, CLS_WEIGHT = 1.0, 0.1  # EAGLE-1's loss weights
+SAVE_EVERY_S = 300.0
+_EAGLE_LAYER_NAMES = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
+                      "o": "self_attn.o_proj", "gate": "mlp.gate_proj", "up": "mlp.up_proj",
+                      "down": "mlp.down_proj", "mlp_norm": "post_attention_layernorm"}
+
+
+@dataclass
+class TrainConfig:
+    minutes: float = 30.0  # wall-clock budget for the whole run, feature extraction included
+    epochs: int = 8
+    seq_len: int = 512
+    lr: float = 1e-3
+    noise: float = 0.2  # features get uniform noise in [-noise/2, noise/2] (EAGLE-1's setting)
+    holdout: float = 0.05
+    seed: int = 0
+    max_tokens: int = 0  # use at most this many corpus tokens (0: all)
+
+
+def read_corpus(path: Path, tokenize: Callable[[list], list], tokenize_text: Callable[[str], list]) -> list[list[int]]:
+    """Token sequences of a corpus: .jsonl lines with "messages" (rendered with the chat template) or "text",
+    or a plain text file (documents separated by blank lines)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such corpus file")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    seqs = []
+    if path.suffix == ".jsonl":
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except ValueError as exc:
+                raise ConfigError(f"{path}:{number}: not JSON ({exc})") from exc
+            if isinstance(item, dict) and isinstance(item.get("messages"), list):
+                seqs.append(tokenize(item["messages"]))
+            elif isinstance(item, dict) and isinstance(item.get("text"), str):
+                seqs.append(tokenize_text(item["text"]))
+            else:
+                raise ConfigError(f"{path}:{number}: expected an object with \"messages\" or \"text\"")
+    else:
+        seqs = [tokenize_text(doc) for doc in text.split("\n\n") if doc.strip()]
+    seqs = [s for s in seqs if len(s) >= 8]
+    if not seqs:
+        raise ConfigError(f"{path}: no usable text (every entry is shorter than 8 tokens)")
+    return seqs
+
+
+def chunk(seqs: Sequence[Sequence[int]], seq_len: int) -> list[list[int]]:
+    """Sequences cut into windows of at most seq_len tokens; pieces under 8 tokens are dropped."""
+    out = []
+    for s in seqs:
+        for i in range(0, len(s), seq_len):
+            piece = list(s[i:i + seq_len])
+            if len(piece) >= 8:
+                out.append(piece)
+    return out
+
+
+class TrainHead:
+    """An EAGLE-1 head as trainable modules: fc over [embedding; feature] and one Llama layer without input norm."""
+
+    def __init__(self, target_model, seed: int) -> None:
+        import torch
+        from torch import nn
+        from localspec.backends.torch_decoder import Decoder, DecoderConfig
+        torch.manual_seed(seed)
+        t = target_model.cfg
+        self.cfg = DecoderConfig(t.vocab_size, t.hidden_size, t.intermediate_size, 1, t.n_heads, t.n_kv_heads,
+                                 t.head_dim, rms_eps=t.rms_eps, rope_theta=t.rope_theta, rope_scaling=t.rope_scaling,
+                                 tie_embeddings=True, max_positions=t.max_positions)
+        self.layer_model = Decoder(self.cfg)
+        self.layer_model.embed = None  # the target's embedding is used, frozen
+        self.layer_model.layers[0].attn_norm = nn.Identity()
+        self.layer_model.norm = nn.Identity()
+        h = t.hidden_size
+        self.fc = nn.Linear(2 * h, h, bias=True)
+        with torch.no_grad():  # start as "the next feature is the current one" plus a little of the token
+            self.fc.weight[:, :h].mul_(0.1)
+            self.fc.weight[:, h:].copy_(torch.eye(h))
+            self.fc.bias.zero_()
+            layer = self.layer_model.layers[0]
+            layer.o.weight.mul_(0.1)
+            layer.down.weight.mul_(0.1)
+        self.embed = target_model.embed.weight.detach()
+        self.lm_head = (target_model.embed.weight if target_model.lm_head is None
+                        else target_model.lm_head.weight).detach()
+
+    def parameters(self):
+        return [*self.fc.parameters(), *self.layer_model.layers.parameters()]
+
+    def predict(self, tokens, features):
+        """Predicted features [n, H] for inputs (token j+1, feature j)."""
+        import torch
+        x = self.fc(torch.cat([self.embed[tokens], features], dim=-1))
+        return self.layer_model._layers(x, 0)[0]
+
+    def state_dict(self) -> dict:
+        state = {"fc.weight": self.fc.weight, "fc.bias": self.fc.bias}
+        layer = self.layer_model.layers[0]
+        for ours, theirs in _EAGLE_LAYER_NAMES.items():
+            state[f"layers.0.{theirs}.weight"] = getattr(layer, ours).weight
+        return {k: v.detach().contiguous().clone() for k, v in state.items()}
+
+    def config(self) -> dict:
+        c = self.cfg
+        return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": c.hidden_size,
+                "intermediate_size": c.intermediate_size, "num_attention_heads": c.n_heads,
+                "num_key_value_heads": c.n_kv_heads, "num_hidden_layers": 1, "rms_norm_eps": c.rms_eps,
+                "rope_theta": c.rope_theta, "rope_scaling": c.rope_scaling, "vocab_size": c.vocab_size,
+                "max_position_embeddings": c.max_positions, "hidden_act": "silu", "bias": True}
+
+
+def losses(head: TrainHead, tokens, feats, noise: float, rng) -> tuple:
+    """(loss, top-1 agreement count, positions) on one sequence; feats [n, H] are the target's."""
+    import torch
+    import torch.nn.functional as F
+    inputs = feats[:-1]
+    if noise > 0:
+        inputs = inputs + (torch.rand(inputs.shape, generator=rng) - 0.5) * noise
+    pred = head.predict(tokens[1:], inputs)
+    want = feats[1:]
+    reg = F.smooth_l1_loss(pred, want)
+    with torch.no_grad():
+        teacher = torch.softmax(want @ head.lm_head.T, dim=-1)
+    student = torch.log_softmax(pred @ head.lm_head.T, dim=-1)
+    cls = -(teacher * student).sum(-1).mean()
+    agree = int((student.argmax(-1) == teacher.argmax(-1)).sum())
+    return REG_WEIGHT * reg + CLS_WEIGHT * cls, agree, len(want)
+
+
+def train_eagle(backend, data: Path, out: Path, config: TrainConfig, log: Callable[[str], None] = print) -> dict:
+    """Train a head for the torch backend's model on the corpus; write it to ``out``; return the report."""
+    import torch
+    started = time.perf_counter()
+    deadline = started + config.minutes * 60
+    seqs = read_corpus(data, lambda m: backend.chat_tokens(m, add_generation_prompt=False),
+                       lambda t: backend.tokenize(t))
+    pieces = chunk(seqs, min(config.seq_len, backend.n_ctx))
+    random.Random(config.seed).shuffle(pieces)
+    if config.max_tokens:
+        kept, total = [], 0
+        for p in pieces:
+            if total >= config.max_tokens:
+                break
+            kept.append(p)
+            total += len(p)
+        pieces = kept
+    n_val = max(1, int(len(pieces) * config.holdout)) if len(pieces) > 1 else 0
+    val, train = pieces[:n_val], pieces[n_val:] or pieces
+    total_tokens = sum(map(len, pieces))
+    log(f"corpus: {len(seqs)} entries -> {len(train)} training and {len(val)} held-out windows, {total_tokens} tokens")
+
+    features = {}
+    for i, piece in enumerate(pieces):
+        backend.truncate(0)
+        features[i] = torch.from_numpy(backend.prefill_features(piece))
+        if (i + 1) % 50 == 0 or i + 1 == len(pieces):
+            log(f"target features: {i + 1}/{len(pieces)} windows ({time.perf_counter() - started:.0f} s)")
+    backend.truncate(0)
+    ids = {i: torch.tensor(p, dtype=torch.long) for i, p in enumerate(pieces)}
+    val_idx, train_idx = list(range(n_val)), list(range(n_val, len(pieces))) or list(range(len(pieces)))
+
+    head = TrainHead(backend.model, config.seed)
+    params = head.parameters()
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
+    gen = torch.Generator().manual_seed(config.seed)
+
+    def evaluate() -> tuple[float, float]:
+        loss_sum, agree, n = 0.0, 0, 0
+        with torch.no_grad():
+            for i in val_idx:
+                loss, a, m = losses(head, ids[i], features[i], 0.0, gen)
+                loss_sum, agree, n = loss_sum + float(loss) * m, agree + a, n + m
+        return (loss_sum / max(n, 1), agree / max(n, 1))
+
+    v_loss, v_acc = evaluate()
+    log(f"before training: held-out loss {v_loss:.3f}, top-1 agreement with the target {v_acc:.3f}")
+    report = {"corpus": str(data), "windows": len(pieces), "tokens": total_tokens, "start_val_loss": v_loss,
+              "start_val_top1": v_acc, "history": []}
+    train_start = time.perf_counter()
+    # the step budget: what fits in the time left, at the speed of the first steps, capped by the epochs
+    steps_max, step, last_save, seen = config.epochs * len(train_idx), 0, time.perf_counter(), 0
+    order = random.Random(config.seed + 1)
+    interrupted = False
+    try:
+        for epoch in range(config.epochs):
+            batch = train_idx[:]
+            order.shuffle(batch)
+            for i in batch:
+                elapsed = time.perf_counter() - train_start
+                if step >= 8:  # estimate the total number of steps the budget allows, for the schedule
+                    steps_max = min(config.epochs * len(train_idx),
+                                    step + int((deadline - time.perf_counter()) / (elapsed / step)))
+                if time.perf_counter() >= deadline or step >= steps_max:
+                    raise StopIteration
+                lr = config.lr * min(1.0, (step + 1) / 20) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / max(steps_max, 1))))
+                for g in opt.param_groups:
+                    g["lr"] = lr
+                loss, agree, n = losses(head, ids[i], features[i], config.noise, gen)
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, 0.5)
+                opt.step()
+                step, seen = step + 1, seen + n
+                if step % 25 == 0:
+                    rate = seen / (time.perf_counter() - train_start)
+                    log(f"epoch {epoch + 1} step {step}/{steps_max}: loss {float(loss.detach()):.3f}, top-1 {agree / n:.3f}, "
+                        f"{rate:.0f} tok/s, {(deadline - time.perf_counter()) / 60:.1f} min left")
+                if time.perf_counter() - last_save > SAVE_EVERY_S:
+                    save_head(head, out, report)
+                    last_save = time.perf_counter()
+            v_loss, v_acc = evaluate()
+            report["history"].append({"epoch": epoch + 1, "step": step, "val_loss": v_loss, "val_top1": v_acc})
+            log(f"epoch {epoch + 1} done: held-out loss {v_loss:.3f}, top-1 agreement {v_acc:.3f}")
+    except StopIteration:
+        pass
+    except KeyboardInterrupt:
+        interrupted = True
+        log("interrupted: saving what was learnt so far")
+    v_loss, v_acc = evaluate()
+    report.update(steps=step, train_tokens_seen=seen, val_loss=v_loss, val_top1=v_acc, interrupted=interrupted,
+                  seconds=round(time.perf_counter() - started, 1))
+    save_head(head, out, report)
+    log(f"held-out top-1 agreement {report['start_val_top1']:.3f} -> {v_acc:.3f} after {step} steps "
+        f"({report['seconds'] / 60:.1f} min); head written to {out}")
+    if interrupted:
+        raise KeyboardInterrupt
+    return report
+
+
+def save_head(head: TrainHead, out: Path, report: dict) -> None:
+    """Write the head atomically (a crash mid-write leaves the previous save intact)."""
+    from safetensors.torch import save_file
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / "model.safetensors.tmp"
+    save_file(head.state_dict(), str(tmp), metadata={"format": "pt", "producer": "localspec train-eagle"})
+    os.replace(tmp, out / "model.safetensors")
+    for name, obj in (("config.json", head.config()), ("train_report.json", report)):
+        (out / (name + ".tmp")).write_text(json.dumps(obj, indent=1), encoding="utf-8")
+        os.replace(out / (name + ".tmp"), out / name)
+
+
+def run_train_eagle(args, log: Callable[[str], None] = print) -> dict:
+    from localspec.backends.torch_backend import TorchBackend
+    from localspec.registry import load_registry, resolve_model
+    _, path = resolve_model(args.model, load_registry())
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()) and not (out / "config.json").exists():
+        raise ConfigError(f"{out} exists and is not an EAGLE head folder; pick an empty or new --out")
+    backend = TorchBackend(path, n_ctx=max(args.seq_len, 64), n_threads=args.threads)
+    try:
+        config = TrainConfig(minutes=args.minutes, epochs=args.epochs, seq_len=args.seq_len, lr=args.lr,
+                             seed=args.seed or 0, max_tokens=args.max_corpus_tokens)
+        return train_eagle(backend, Path(args.data), out, config, log)
+    finally:
+        backend.close()

@@ -13,6 +13,7 @@ import importlib
 import inspect
 import json
 import platform
+import re
 import time
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
@@ -82,12 +83,14 @@ def _source_of(spec: str, where: str, number: int) -> str:
 def make_methods(spec: str, session: Session, default_k) -> list[Method]:
     methods = []
     for item in [s.strip() for s in spec.split(",") if s.strip()]:
-        head, _, tree = item.partition("#")  # eagle#N: trees of N tokens
-        name, _, k = head.partition("@")
+        match = re.fullmatch(r"([a-z]+)(?:@([a-z0-9:]+))?(?:#(\d+))?(?:@([a-z0-9:]+))?", item)
+        if not match:
+            raise ConfigError(f"--drafters {item!r}: expected NAME, NAME@K or eagle#N (trees of N tokens)")
+        name, k, tree = match.group(1), match.group(2) or match.group(4), match.group(3)
         check_drafter_name(name)
         options = session.drafter_options
         if tree:
-            if name != "eagle" or not tree.isdigit():
+            if name != "eagle":
                 raise ConfigError(f"--drafters {item!r}: #N (tree size) goes with eagle, e.g. eagle#16")
             options = replace(options, eagle_tree=int(tree))
         drafter = make_drafter(name, session.backend, options)

@@ -109,9 +109,10 @@ class TrainHead:
             layer = self.layer_model.layers[0]
             layer.o.weight.mul_(0.1)
             layer.down.weight.mul_(0.1)
-        self.embed = target_model.embed.weight.detach()
+        # frozen, on the CPU in fp32 like the rest of the head (the target may sit on a GPU in bf16)
+        self.embed = target_model.embed.weight.detach().float().cpu()
         self.lm_head = (target_model.embed.weight if target_model.lm_head is None
-                        else target_model.lm_head.weight).detach()
+                        else target_model.lm_head.weight).detach().float().cpu()
 
     def parameters(self):
         return [*self.fc.parameters(), *self.layer_model.layers.parameters()]
@@ -133,7 +134,7 @@ class TrainHead:
         c = self.cfg
         return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": c.hidden_size,
                 "intermediate_size": c.intermediate_size, "num_attention_heads": c.n_heads,
-                "num_key_value_heads": c.n_kv_heads, "num_hidden_layers": 1, "rms_norm_eps": c.rms_eps,
+                "num_key_value_heads": c.n_kv_heads, "head_dim": c.head_dim, "num_hidden_layers": 1, "rms_norm_eps": c.rms_eps,
                 "rope_theta": c.rope_theta, "rope_scaling": c.rope_scaling, "vocab_size": c.vocab_size,
                 "max_position_embeddings": c.max_positions, "hidden_act": "silu", "bias": True}
 

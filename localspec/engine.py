@@ -92,9 +92,15 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
             features = None
             t1 = time.perf_counter()
             drafting = t1 - t0 - drafter.catchup_s  # what drafting costs, apart from a one-off catch-up
-            # the controller sizes a tree by depth, judging it by its main branch
-            draft = draft.cut(policy.trim(draft.main_chain(), drafting))
+            # the controller sizes a tree by depth, judging it by its main branch; a tree whose main branch it
+            # keeps whole is verified whole (its best nodes may lie deeper on other branches)
+            main = draft.main_chain()
+            keep = policy.trim(main, drafting)
+            if keep < len(main):
+                draft = draft.cut(keep)
             tree = not draft.is_chain
+            if tree and len(draft) > cap:  # a tree needs a cache slot per node: a prefix of it is a tree too
+                draft = Draft(draft.tokens[:cap], draft.parents[:cap])
             if tree:
                 out = backend.forward_tree([context[-1], *draft.tokens], draft.parents, return_hidden=need_hidden)
             else:
@@ -136,6 +142,8 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
             policy.record(max(draft.depths(), default=0), verdict.accepted, emitted, drafting, t2 - t1, now - t0 - drafter.catchup_s)
             stats.decode_s = now - started
             yield TokenEvent(tuple(emitted), text, from_draft, stats, finish, min(draft_chars, len(text)))
+        if features is not None:  # the last step's features: a feature-fed drafter keeps its cache whole
+            drafter.propose(context, 0, features)
     finally:
         backend.truncate(len(context) - 1)  # restore the invariant, whatever happened mid-step
         drafter.end()

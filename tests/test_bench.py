@@ -41,6 +41,10 @@ def test_methods_parse_fixed_k_and_always_include_plain(tmp_path):
     assert methods[2].policy.max_k == 3
     with pytest.raises(ConfigError, match="unknown drafter"):
         make_methods("magic", session(tmp_path), "auto")
+    with pytest.raises(ConfigError, match="goes with eagle"):
+        make_methods("ngram#12", session(tmp_path), "auto")
+    with pytest.raises(ConfigError, match="expected NAME"):
+        make_methods("ngram@3@4", session(tmp_path), "auto")
 
 
 def test_run_is_exact_and_reports_per_kind(tmp_path):

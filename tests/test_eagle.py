@@ -111,8 +111,8 @@ def test_eagle3_head_reads_three_layers_and_drafts_only_its_vocabulary(tmp_path)
 
 def test_eagle3_layer_ids_from_the_config_and_mismatched_heads_are_refused(tmp_path):
     backend = tiny("llama-gqa")  # 2 layers: the default 2, L//2, L-3 does not exist, the config names them
-    write_eagle3_head(tmp_path / "ok", backend, layer_ids=[0, 1, 1])
-    assert EagleDrafter(backend, tmp_path / "ok").head.feature_layers == (0, 1, 1)
+    write_eagle3_head(tmp_path / "ok", backend, layer_ids=[-1, 0, 0])  # layer outputs: -1 is the embedding
+    assert EagleDrafter(backend, tmp_path / "ok").head.feature_layers == (0, 1, 1)  # layer inputs
     write_eagle3_head(tmp_path / "bad", backend, layer_ids=[0, 1, 7])
     with pytest.raises(ConfigError, match="reads layers"):
         EagleDrafter(backend, tmp_path / "bad")
@@ -235,3 +235,23 @@ def test_train_eagle_rejects_bad_corpora(tmp_path):
     (tmp_path / "short.txt").write_text("ab\n\ncd")
     with pytest.raises(ConfigError, match="no usable text"):
         train_eagle(backend, tmp_path / "short.txt", tmp_path / "out", TrainConfig())
+
+
+def test_the_head_keeps_its_cache_across_turns_and_trees_fit_the_context(tmp_path):
+    backend = tiny("llama-gqa")
+    write_eagle_head(tmp_path / "head", backend, "safetensors", with_embed=False)
+    drafter = EagleDrafter(backend, tmp_path / "head", tree_nodes=12, tree_width=3)
+    first = generate(backend, drafter, PROMPT, GREEDY, max_tokens=20, draft_tokens=3)
+    # every position whose next token is known was fed, the last step's features too
+    assert drafter._first == 0 and drafter._fed == len(PROMPT) + 20 - 1
+    second = PROMPT + list(first.tokens) + [5, 6, 7]
+    backend_plain = tiny("llama-gqa")
+    plain = generate(backend_plain, NoDrafter(), second, GREEDY, max_tokens=20).tokens
+    out = generate(backend, drafter, second, GREEDY, max_tokens=20, draft_tokens=3)
+    assert out.tokens == plain
+    assert drafter._first == 0 and drafter._fed == len(second) + 20 - 1  # continued, not started over
+    # close to the end of the context a tree is cut to the slots that are left: the turn ends normally
+    long_prompt = [int(t) for t in np.random.default_rng(4).integers(0, V, backend.n_ctx - 6)]
+    backend.truncate(0)
+    end = generate(backend, drafter, long_prompt, GREEDY, max_tokens=40, draft_tokens=4)
+    assert end.finish_reason == "context"

@@ -110,6 +110,7 @@ class EagleDrafter(Drafter):
     def _tree(self, depth: int) -> Draft:
         import torch
         head, width = self.head, self.tree_width
+        depth = min(depth, TREE_SLOTS // width)  # the head's cache has TREE_SLOTS slots past the context
         base = self._first + self._fed  # the slot (and position) the pending token's pair will take
         lp = torch.log_softmax(head.logits_t(self._last)[0], dim=-1)
         top = torch.topk(lp, width)

@@ -7,7 +7,7 @@ model.safetensors with `fc.weight` [H, 2H] (+ `fc.bias`), `layers.0.self_attn.{q
 Llama layer without its input norm; the output is the predicted next feature, read by the target's LM head.
 
 EAGLE-3 (Li et al. 2025): the target's hidden states at three depths (inputs of layers 2, L//2 and L-3, or
-the config's `eagle_aux_hidden_state_layer_ids`) are fused by `fc.weight` [H, 3H]; the `midlayer` attends
+the outputs the config's `eagle_aux_hidden_state_layer_ids` names) are fused by `fc.weight` [H, 3H]; the `midlayer` attends
 over [input_layernorm(embed(token)); hidden_norm(hidden)] (q/k/v read 2H), its output is fed back as the
 next hidden state, and `lm_head` [draft vocab, H] after `norm` scores a smaller draft vocabulary whose id d
 is target id d + d2t[d]. The embedding is the target's unless the checkpoint has `embed_tokens.weight`.
@@ -206,9 +206,7 @@ class Eagle3Head(EagleHead):
         from localspec.backends.torch_decoder import RMSNorm
         t = target.model.cfg
         self._setup(config, state, target, 2 * t.hidden_size)
-        layers = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") \
-            or config.get("eagle_aux_hidden_state_layer_ids") or default_eagle3_layers(t.n_layers)
-        self.feature_layers = tuple(int(i) for i in layers)
+        self.feature_layers = eagle3_layers(config, t.n_layers)
         if len(self.feature_layers) != n_fused:
             raise ModelError(f"EAGLE-3 head: fc fuses {n_fused} hidden states but {len(self.feature_layers)} "
                              f"layers are named ({self.feature_layers})")
@@ -279,8 +277,14 @@ class Eagle3Head(EagleHead):
             return full
 
 
-def default_eagle3_layers(n_layers: int) -> tuple[int, ...]:
-    """The layers whose inputs the EAGLE-3 reference code fuses: low, middle, high."""
+def eagle3_layers(config: dict, n_layers: int) -> tuple[int, ...]:
+    """The layers whose *inputs* an EAGLE-3 head fuses. The reference code takes the inputs of layers 2,
+    L//2 and L-3; a config's `eagle_aux_hidden_state_layer_ids` (SpecForge-trained heads) names layer
+    *outputs*, i.e. the inputs of the layers after them (SGLang reads them the same way)."""
+    ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") \
+        or config.get("eagle_aux_hidden_state_layer_ids")
+    if ids:
+        return tuple(int(i) + 1 for i in ids)
     return tuple(sorted({2, n_layers // 2, n_layers - 3}))
 
 

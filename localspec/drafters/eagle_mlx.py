@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from localspec.drafters.eagle_heads import TREE_SLOTS, default_eagle3_layers, read_eagle_config
+from localspec.drafters.eagle_heads import TREE_SLOTS, eagle3_layers, read_eagle_config
 from localspec.errors import ConfigError, ModelError
 
 _LAYER = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
@@ -75,9 +75,7 @@ class MlxEagleHead:
         self.target_vocab = target.vocab_size
         if self.version == 3:
             n_layers = len(target._inner.layers)
-            layers = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") \
-                or config.get("eagle_aux_hidden_state_layer_ids") or default_eagle3_layers(n_layers)
-            self.feature_layers = tuple(int(i) for i in layers)
+            self.feature_layers = eagle3_layers(config, n_layers)
             if len(self.feature_layers) * h != self.fc_w.shape[1] or not all(0 <= i < n_layers for i in self.feature_layers):
                 raise ConfigError(f"EAGLE-3 head reads layers {self.feature_layers} ({self.fc_w.shape[1]} features); "
                                   f"the target has {n_layers} layers of {h}: it was trained for another model")
@@ -85,6 +83,8 @@ class MlxEagleHead:
             self.input_norm = state["midlayer.input_layernorm.weight"]
             self.norm, self.lm_head = state["norm.weight"], state["lm_head.weight"]
             n_draft = self.lm_head.shape[0]
+            if "d2t" not in state and n_draft != self.target_vocab:
+                raise ModelError(f"EAGLE-3 head: a {n_draft}-token draft vocabulary needs a d2t map")
             d2t = np.array(state["d2t"]).astype(np.int64) if "d2t" in state else np.zeros(n_draft, np.int64)
             self.draft_to_target = np.arange(n_draft) + d2t
             if self.draft_to_target.max() >= self.target_vocab:

@@ -84,7 +84,7 @@ def make_methods(spec: str, session: Session, default_k) -> list[Method]:
     methods = []
     for item in [s.strip() for s in spec.split(",") if s.strip()]:
         match = re.fullmatch(r"([a-z]+)(?:@([a-z0-9:]+))?(?:#(\d+))?(?:@([a-z0-9:]+))?", item)
-        if not match:
+        if not match or (match.group(2) and match.group(4)):
             raise ConfigError(f"--drafters {item!r}: expected NAME, NAME@K or eagle#N (trees of N tokens)")
         name, k, tree = match.group(1), match.group(2) or match.group(4), match.group(3)
         check_drafter_name(name)

@@ -275,7 +275,9 @@ def save_head(head: TrainHead, out: Path, report: dict) -> None:
 def run_train_eagle(args, log: Callable[[str], None] = print) -> dict:
     from localspec.backends.torch_backend import TorchBackend
     from localspec.registry import load_registry, resolve_model
-    _, path = resolve_model(args.model, load_registry())
+    if not Path(args.data).is_file():  # before the (slow) model load
+        raise ConfigError(f"{args.data}: no such corpus file")
+    _, path = resolve_model(args.model, load_registry(), backend="torch")
     out = Path(args.out)
     if out.exists() and any(out.iterdir()) and not (out / "config.json").exists():
         raise ConfigError(f"{out} exists and is not an EAGLE head folder; pick an empty or new --out")

@@ -99,8 +99,9 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
             if keep < len(main):
                 draft = draft.cut(keep)
             tree = not draft.is_chain
-            if tree and len(draft) > cap:  # a tree needs a cache slot per node: a prefix of it is a tree too
-                draft = Draft(draft.tokens[:cap], draft.parents[:cap])
+            room = backend.n_ctx - len(context)  # a tree needs a cache slot per node (its depth is within cap)
+            if tree and len(draft) > room:  # a prefix of a tree listed by depth is a tree too
+                draft = Draft(draft.tokens[:room], draft.parents[:room])
             if tree:
                 out = backend.forward_tree([context[-1], *draft.tokens], draft.parents, return_hidden=need_hidden)
             else:

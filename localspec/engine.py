@@ -92,12 +92,10 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
             features = None
             t1 = time.perf_counter()
             drafting = t1 - t0 - drafter.catchup_s  # what drafting costs, apart from a one-off catch-up
-            # the controller sizes a tree by depth, judging it by its main branch; a tree whose main branch it
-            # keeps whole is verified whole (its best nodes may lie deeper on other branches)
-            main = draft.main_chain()
-            keep = policy.trim(main, drafting)
-            if keep < len(main):
-                draft = draft.cut(keep)
+            # the controller sizes a tree by depth, judging it by its main branch; side branches deeper than
+            # the main one are cut too, so that what it measures per depth stays one kind of window
+            # (verifying them whole measured 0.84-0.89x plain on cases where EAGLE is weak, cut 0.95-1.02x)
+            draft = draft.cut(policy.trim(draft.main_chain(), drafting))
             tree = not draft.is_chain
             room = backend.n_ctx - len(context)  # a tree needs a cache slot per node (its depth is within cap)
             if tree and len(draft) > room:  # a prefix of a tree listed by depth is a tree too

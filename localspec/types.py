@@ -53,12 +53,16 @@ class Draft:
     def cut(self, depth: int) -> "Draft":
         """The tokens at depth <= ``depth`` (a tree lists tokens by depth, so this is a prefix)."""
         if self.is_chain:
-            n = min(depth, len(self))
-        else:
-            n = sum(1 for d in self.depths() if d <= depth)
-            if any(d > depth for d in self.depths()[:n]):
-                raise ValueError("a tree draft must list its tokens by depth")
-        if n == len(self):
+            return self.prefix(depth)
+        depths = self.depths()
+        n = sum(1 for d in depths if d <= depth)
+        if any(d > depth for d in depths[:n]):
+            raise ValueError("a tree draft must list its tokens by depth")
+        return self.prefix(n)
+
+    def prefix(self, n: int) -> "Draft":
+        """The first n tokens: a tree still, since parents come before their children."""
+        if n >= len(self):
             return self
         return Draft(self.tokens[:n], self.parents[:n], None if self.q is None else self.q[:n])
 

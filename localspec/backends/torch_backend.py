@@ -106,8 +106,6 @@ class TorchBackend(ModelBackend):
         holds every node until ``accept_path`` keeps one branch."""
         torch = _torch()
         start, n = len(self._tokens), len(tokens)
-        if start + n > self.n_ctx:
-            raise ContextOverflow(f"the context is full ({self.n_ctx} tokens); start a new chat or raise --ctx")
         up = [-1] + [p + 1 for p in parents]  # parents in tree rows (row 0: the pending token)
         depth = [0] * n
         mask = torch.zeros(n, start + n, dtype=torch.bool)
@@ -118,10 +116,8 @@ class TorchBackend(ModelBackend):
                 mask[i, start:start + i] = mask[up[i], start:start + i]
             mask[i, start + i] = True
         positions = torch.tensor([start + d for d in depth], device=self.device)
-        ids = torch.tensor(list(tokens), dtype=torch.long, device=self.device)
-        logits, hidden = self.model(ids, start, logits=True, hidden_layers=self.hidden_layers if return_hidden else (),
-                                    positions=positions, mask=mask.to(self.device))
-        self._tokens.extend(int(t) for t in tokens)
+        logits, hidden = self._run(tokens, logits=True, hidden=self.hidden_layers if return_hidden else (),
+                                   positions=positions, mask=mask.to(self.device))
         self._tree_start = start
         return ForwardOut(logits.cpu().numpy(), self._features(hidden) if return_hidden else None)
 
@@ -138,13 +134,13 @@ class TorchBackend(ModelBackend):
             self._tokens[start:start + len(path)] = tokens
         del self._tokens[start + len(path):]
 
-    def _run(self, tokens: Sequence[int], logits: bool, hidden: Sequence[int] = ()):
+    def _run(self, tokens: Sequence[int], logits: bool, hidden: Sequence[int] = (), positions=None, mask=None):
         torch = _torch()
         start = len(self._tokens)
         if start + len(tokens) > self.n_ctx:
             raise ContextOverflow(f"the context is full ({self.n_ctx} tokens); start a new chat or raise --ctx")
         ids = torch.tensor(list(tokens), dtype=torch.long, device=self.device)
-        out = self.model(ids, start, logits=logits, hidden_layers=hidden)
+        out = self.model(ids, start, logits=logits, hidden_layers=hidden, positions=positions, mask=mask)
         self._tokens.extend(int(t) for t in tokens)
         return out
 

@@ -18,6 +18,7 @@ slot it has filled, and attends from there.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -61,18 +62,66 @@ def load_eagle_state(folder: Path) -> tuple[dict, dict]:
     return config, state
 
 
+@dataclass(frozen=True)
+class EagleLayout:
+    """What a checkpoint is, checked against the target: the generation, the layers whose inputs it reads
+    (-1: the last layer's normed output) and, for EAGLE-3, target id of each draft-vocabulary id."""
+
+    version: int
+    feature_layers: tuple[int, ...]
+    draft_to_target: Optional[np.ndarray] = None
+
+
+_EAGLE3_KEYS = ("midlayer.hidden_norm.weight", "midlayer.input_layernorm.weight", "norm.weight", "lm_head.weight")
+
+
+def eagle_layout(config: dict, state: dict, hidden: int, n_layers: int, vocab: int) -> EagleLayout:
+    """Check an EAGLE checkpoint (torch or MLX tensors) against a target of ``n_layers`` layers of width
+    ``hidden`` and a ``vocab``-token vocabulary; the errors say when a head belongs to another model."""
+    if config.get("hidden_size", hidden) != hidden:
+        raise ConfigError(f"the EAGLE head's hidden size {config['hidden_size']} does not match the target's "
+                          f"{hidden}: it was trained for another model")
+    fused = int(state["fc.weight"].shape[1])
+    if fused % hidden:
+        raise ConfigError(f"the EAGLE head's fc reads {fused} features, not a multiple of the target's hidden size "
+                          f"{hidden}: this head belongs to another model")
+    if not any(k.startswith("midlayer.") for k in state):
+        if fused != 2 * hidden:
+            raise ModelError(f"an EAGLE-1/2 head has fc.weight [H, 2H]; this one is {tuple(state['fc.weight'].shape)}")
+        return EagleLayout(1, (-1,))
+    layers = eagle3_layers(config, n_layers)
+    if len(layers) != fused // hidden:
+        raise ModelError(f"EAGLE-3 head: fc fuses {fused // hidden} hidden states but {len(layers)} layers are "
+                         f"named ({layers})")
+    if not all(0 <= i < n_layers for i in layers):
+        raise ConfigError(f"EAGLE-3 head reads layers {layers}; the target has {n_layers}: it was trained for "
+                          f"another model")
+    for key in _EAGLE3_KEYS:
+        if key not in state:
+            raise ModelError(f"EAGLE-3 head: no {key}")
+    n_draft = int(state["lm_head.weight"].shape[0])
+    if "d2t" in state:
+        d2t = np.asarray(state["d2t"]).astype(np.int64)
+        if d2t.shape[0] != n_draft:
+            raise ModelError(f"EAGLE-3 head: d2t has {d2t.shape[0]} entries for a {n_draft}-token draft vocabulary")
+    elif n_draft == vocab:
+        d2t = np.zeros(n_draft, np.int64)
+    else:
+        raise ModelError(f"EAGLE-3 head: a {n_draft}-token draft vocabulary needs a d2t map")
+    to_target = np.arange(n_draft) + d2t  # draft id d is target id d + d2t[d]
+    if to_target.max() >= vocab or to_target.min() < 0:
+        raise ConfigError(f"EAGLE-3 head: d2t maps past the target's {vocab} tokens: it belongs to another model")
+    return EagleLayout(3, layers, to_target)
+
+
 def load_eagle_head(folder: Path, target) -> "EagleHead":
     config, state = load_eagle_state(folder)
-    hidden = target.model.cfg.hidden_size
-    fused = state["fc.weight"].shape[1]
-    if fused % hidden:
-        raise ConfigError(f"{folder}: the EAGLE head's fc reads {fused} features, not a multiple of the target's "
-                          f"hidden size {hidden}: this head belongs to another model")
-    if any(k.startswith("midlayer.") for k in state):
-        return Eagle3Head(config, state, target, fused // hidden)
-    if fused != 2 * hidden:
-        raise ModelError(f"{folder}: an EAGLE-1/2 head has fc.weight [H, 2H]; this one is {tuple(state['fc.weight'].shape)}")
-    return Eagle1Head(config, state, target)
+    t = target.model.cfg
+    try:
+        layout = eagle_layout(config, state, t.hidden_size, t.n_layers, t.vocab_size)
+    except (ConfigError, ModelError) as exc:
+        raise type(exc)(f"{folder}: {exc}") from exc
+    return (Eagle3Head if layout.version == 3 else Eagle1Head)(config, state, target, layout)
 
 
 class EagleHead:
@@ -84,10 +133,7 @@ class EagleHead:
     def _setup(self, config: dict, state: dict, target, in_features: int) -> None:
         from localspec.backends.torch_decoder import Decoder, DecoderConfig
         t = target.model.cfg
-        hidden = config.get("hidden_size", t.hidden_size)
-        if hidden != t.hidden_size:
-            raise ConfigError(f"the EAGLE head's hidden size {hidden} does not match the target's {t.hidden_size}: "
-                              f"it was trained for another model")
+        hidden = t.hidden_size  # eagle_layout checked the checkpoint's
         heads = config.get("num_attention_heads", t.n_heads)
         own = state.get("embed_tokens.weight")  # else the target's embedding is shared, not copied
         self.cfg = DecoderConfig(t.vocab_size if own is not None else 1, hidden, config.get("intermediate_size", t.intermediate_size), 1, heads,
@@ -172,7 +218,7 @@ class EagleHead:
 class Eagle1Head(EagleHead):
     version = 1
 
-    def __init__(self, config: dict, state: dict, target) -> None:
+    def __init__(self, config: dict, state: dict, target, layout: EagleLayout) -> None:
         from torch import nn
         self._setup(config, state, target, target.model.cfg.hidden_size)
         hidden = self.cfg.hidden_size
@@ -200,26 +246,17 @@ class Eagle1Head(EagleHead):
 class Eagle3Head(EagleHead):
     version = 3
 
-    def __init__(self, config: dict, state: dict, target, n_fused: int) -> None:
+    def __init__(self, config: dict, state: dict, target, layout: EagleLayout) -> None:
         import torch
         from torch import nn
         from localspec.backends.torch_decoder import RMSNorm
         t = target.model.cfg
         self._setup(config, state, target, 2 * t.hidden_size)
-        self.feature_layers = eagle3_layers(config, t.n_layers)
-        if len(self.feature_layers) != n_fused:
-            raise ModelError(f"EAGLE-3 head: fc fuses {n_fused} hidden states but {len(self.feature_layers)} "
-                             f"layers are named ({self.feature_layers})")
-        if not all(0 <= i < t.n_layers for i in self.feature_layers):
-            raise ConfigError(f"EAGLE-3 head reads layers {self.feature_layers}; the target has {t.n_layers}: "
-                              f"it was trained for another model")
+        self.feature_layers = layout.feature_layers
         h = t.hidden_size
-        self.fc = nn.Linear(n_fused * h, h, bias="fc.bias" in state)
+        self.fc = nn.Linear(len(self.feature_layers) * h, h, bias="fc.bias" in state)
         self.hidden_norm, self.input_norm = RMSNorm(h, self.cfg.rms_eps), RMSNorm(h, self.cfg.rms_eps)
         self.norm = RMSNorm(h, self.cfg.rms_eps)
-        for key in ("midlayer.hidden_norm.weight", "midlayer.input_layernorm.weight", "norm.weight", "lm_head.weight"):
-            if key not in state:
-                raise ModelError(f"EAGLE-3 head: no {key}")
         self._load_layer(state, "midlayer.")
         with torch.no_grad():
             self.fc.load_state_dict({"weight": state["fc.weight"],
@@ -229,17 +266,7 @@ class Eagle3Head(EagleHead):
             self.norm.weight.copy_(state["norm.weight"])
         lm_head = state["lm_head.weight"]
         n_draft = lm_head.shape[0]
-        if "d2t" in state:
-            d2t = state["d2t"].long()
-            if d2t.shape[0] != n_draft:
-                raise ModelError(f"EAGLE-3 head: d2t has {d2t.shape[0]} entries for a {n_draft}-token draft vocabulary")
-            self.draft_to_target = torch.arange(n_draft) + d2t
-        elif n_draft == t.vocab_size:
-            self.draft_to_target = torch.arange(n_draft)
-        else:
-            raise ModelError(f"EAGLE-3 head: a {n_draft}-token draft vocabulary needs a d2t map")
-        if int(self.draft_to_target.max()) >= t.vocab_size or int(self.draft_to_target.min()) < 0:
-            raise ConfigError(f"EAGLE-3 head: d2t maps past the target's {t.vocab_size} tokens: it belongs to another model")
+        self.draft_to_target = torch.as_tensor(layout.draft_to_target)
         self.lm_head = nn.Linear(h, n_draft, bias=False)
         with torch.no_grad():
             self.lm_head.weight.copy_(lm_head)

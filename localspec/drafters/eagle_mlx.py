@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from localspec.drafters.eagle_heads import TREE_SLOTS, eagle3_layers, read_eagle_config
+from localspec.drafters.eagle_heads import TREE_SLOTS, eagle_layout, read_eagle_config
 from localspec.errors import ConfigError, ModelError
 
 _LAYER = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
@@ -53,10 +53,12 @@ class MlxEagleHead:
         # the target's LM head (tied embeddings have none of their own)
         self.target_head = target.model.lm_head if "lm_head" in target.model else self.inner.embed_tokens.as_linear
         h = int(args.hidden_size)
-        if config.get("hidden_size", h) != h or state["fc.weight"].shape[1] % h:
-            raise ConfigError(f"the EAGLE head's hidden size {config.get('hidden_size')} does not match the "
-                              f"target's {h}: it was trained for another model")
-        self.version = 3 if any(k.startswith("midlayer.") for k in state) else 1
+        self.target_vocab = target.vocab_size
+        try:
+            layout = eagle_layout(config, state, h, len(target._inner.layers), self.target_vocab)
+        except (ConfigError, ModelError) as exc:
+            raise type(exc)(f"{folder}: {exc}") from exc
+        self.version, self.feature_layers = layout.version, layout.feature_layers
         prefix = "midlayer." if self.version == 3 else "layers.0."
         missing = [k for k in _LAYER if f"{prefix}{k}.weight" not in state]
         if missing:
@@ -71,24 +73,11 @@ class MlxEagleHead:
                                     False, config.get("rope_scaling", getattr(args, "rope_scaling", None)),
                                     config.get("max_position_embeddings"))
         self.embed = state.get("embed_tokens.weight")
-        self.feature_layers: tuple[int, ...] = (-1,)
-        self.target_vocab = target.vocab_size
         if self.version == 3:
-            n_layers = len(target._inner.layers)
-            self.feature_layers = eagle3_layers(config, n_layers)
-            if len(self.feature_layers) * h != self.fc_w.shape[1] or not all(0 <= i < n_layers for i in self.feature_layers):
-                raise ConfigError(f"EAGLE-3 head reads layers {self.feature_layers} ({self.fc_w.shape[1]} features); "
-                                  f"the target has {n_layers} layers of {h}: it was trained for another model")
             self.hidden_norm = state["midlayer.hidden_norm.weight"]
             self.input_norm = state["midlayer.input_layernorm.weight"]
             self.norm, self.lm_head = state["norm.weight"], state["lm_head.weight"]
-            n_draft = self.lm_head.shape[0]
-            if "d2t" not in state and n_draft != self.target_vocab:
-                raise ModelError(f"EAGLE-3 head: a {n_draft}-token draft vocabulary needs a d2t map")
-            d2t = np.array(state["d2t"]).astype(np.int64) if "d2t" in state else np.zeros(n_draft, np.int64)
-            self.draft_to_target = np.arange(n_draft) + d2t
-            if self.draft_to_target.max() >= self.target_vocab:
-                raise ConfigError("EAGLE-3 head: d2t maps past the target's vocabulary: it belongs to another model")
+            self.draft_to_target = layout.draft_to_target
         slots = target.n_ctx + TREE_SLOTS
         self.k = mx.zeros((self.kv_heads, slots, self.head_dim), dtype=self.fc_w.dtype)
         self.v = mx.zeros((self.kv_heads, slots, self.head_dim), dtype=self.fc_w.dtype)

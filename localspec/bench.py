@@ -4,8 +4,12 @@ Runs a workload (the small built-in one, or a JSONL file in the ../shared/bench 
 in one process, the method order rotated per case so drift spreads evenly, and prints one table per case
 kind: decode tok/s, ratio to plain, acceptance, tau, and the share of decode time spent drafting and
 verifying. A method is a drafter name, optionally with a fixed K: `suffix@4`; without it the adaptive
-controller picks K (--draft-tokens, default auto). Each method keeps its drafter and controller across the
-cases, as a chat session would.
+controller picks K (--draft-tokens, default auto). With `--peer llama-server`, llama.cpp's own server is
+measured on the same prompts (token ids) in the same run: methods `server:plain`, `server:ngram-mod`, ...
+
+Figures are cold: every repeat starts with fresh drafters and controllers, an empty suffix cache and freshly
+started servers, so no case ever meets its own earlier answer. Within a repeat each method keeps its state
+across the cases, as a chat session would (later cases see earlier cases' answers).
 """
 from __future__ import annotations
 
@@ -14,22 +18,41 @@ import inspect
 import json
 import platform
 import re
+import statistics
+import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
 from localspec.chat import Conversation
 from localspec.drafters import check_drafter_name, make_drafter
 from localspec.engine import stream_generate
-from localspec.errors import ConfigError
+from localspec.errors import ConfigError, LocalspecError
+from localspec.peer import SPEC_TYPES, ServerConfig, find_llama_server, running
 from localspec.session import Session
-from localspec.speclen import make_policy
+from localspec.speclen import AdaptiveK, make_policy
+from localspec.types import common_prefix
 
 BUILTIN_WORKLOAD = resources.files("localspec") / "bench_workload.jsonl"
+SERVER = "server:"  # prefix of the peer's methods
+NOTES = [
+    "cold: each repeat starts with fresh drafters and controllers, an empty suffix cache and freshly started "
+    "llama-servers (one per type, up for the repeat); later cases in a repeat see earlier cases' answers "
+    "(localspec's suffix tree, the server's ngram-mod pool), never their own",
+    "ratio_to_plain: decode tok/s over that system's own plain (none for localspec, server:plain for "
+    "llama-server); ratio_to_plain_total: the same with prefill counted (tokens / (prefill + decode))",
+    "localspec: prefill = the prompt but its last token; the first decode step feeds that token, so "
+    "ttft = prefill + first step. llama-server: prefill = prompt_ms (all prompt tokens, the first output "
+    "token included) = ttft; decode = predicted_ms and predicted_per_second (tokens after the first)",
+    "per_case: medians over repeats; by_kind ratios: means over the kind's cases of those medians",
+    "bound: best speedup localspec's own measured verify curve allows, max over n of n * verify_ms[1] / "
+    "verify_ms[n] (the suffix method's controller, over the window sizes it measured); fraction_of_bound = "
+    "median ratio / bound",
+]
 
 
 @dataclass
@@ -80,21 +103,17 @@ def _source_of(spec: str, where: str, number: int) -> str:
         raise ConfigError(f"{where}, line {number}: source {spec!r} not found ({exc})") from exc
 
 
-def make_methods(spec: str, session: Session, default_k) -> list[Method]:
-    methods = []
-    for item in [s.strip() for s in spec.split(",") if s.strip()]:
-        match = re.fullmatch(r"([a-z]+)(?:@([a-z0-9:]+))?(?:#(\d+))?(?:@([a-z0-9:]+))?", item)
-        if not match or (match.group(2) and match.group(4)):
-            raise ConfigError(f"--drafters {item!r}: expected NAME, NAME@K or eagle#N (trees of N tokens)")
-        name, k, tree = match.group(1), match.group(2) or match.group(4), match.group(3)
-        check_drafter_name(name)
-        options = session.drafter_options
-        if tree:
-            if name != "eagle":
-                raise ConfigError(f"--drafters {item!r}: #N (tree size) goes with eagle, e.g. eagle#16")
-            options = replace(options, eagle_tree=int(tree))
-        drafter = make_drafter(name, session.backend, options)
-        methods.append(Method(item, drafter, make_policy(k or (1 if name == "none" else default_k))))
+def make_methods(spec: str, session: Session, default_k, scratch: Optional[str] = None) -> list[Method]:
+    """Fresh drafters and controllers for the methods of `spec`; with `scratch`, every method's suffix
+    cache lives in its own empty folder under it."""
+    methods: list[Method] = []
+    try:
+        for j, item in enumerate([s.strip() for s in spec.split(",") if s.strip()]):
+            methods.append(_make_method(item, session, default_k, scratch and Path(scratch) / f"method-{j}"))
+    except BaseException:
+        for method in methods:  # e.g. a draft model already loaded for an earlier method
+            method.drafter.close()
+        raise
     if not methods:
         raise ConfigError("--drafters lists no method")
     if "none" not in [m.label for m in methods]:
@@ -102,92 +121,310 @@ def make_methods(spec: str, session: Session, default_k) -> list[Method]:
     return methods
 
 
-def run_bench(session: Session, methods: list[Method], cases: list[dict], seed: int = 0,
-              progress=print, repeats: int = 1) -> dict:
-    """Every method on every case, `repeats` times over (noisy machines: per-kind figures then pool the
-    repeats), the method order rotated per case and per repeat."""
+def _make_method(item: str, session: Session, default_k, cache_dir: Optional[Path]) -> Method:
+    match = re.fullmatch(r"([a-z]+)(?:@([a-z0-9:]+))?(?:#(\d+))?(?:@([a-z0-9:]+))?", item)
+    if not match or (match.group(2) and match.group(4)):
+        raise ConfigError(f"--drafters {item!r}: expected NAME, NAME@K or eagle#N (trees of N tokens)")
+    name, k, tree = match.group(1), match.group(2) or match.group(4), match.group(3)
+    check_drafter_name(name)
+    options = session.drafter_options
+    if cache_dir:
+        options = replace(options, suffix_cache_dir=str(cache_dir))
+    if tree:
+        if name != "eagle":
+            raise ConfigError(f"--drafters {item!r}: #N (tree size) goes with eagle, e.g. eagle#16")
+        options = replace(options, eagle_tree=int(tree))
+    drafter = make_drafter(name, session.backend, options)
+    # the controller starts from the machine's measured cost curve, as a user's chat does after its first
+    # session (LOCALSPEC_NO_COST_CACHE=1 benchmarks the very first start)
+    return Method(item, drafter, session.new_policy(k or (1 if name == "none" else default_k)))
+
+
+def parse_peer_types(spec: str) -> list[str]:
+    """`--peer-types`: llama-server speculation types; `plain` (the server's baseline) always comes first."""
+    types = [t.strip() for t in spec.split(",") if t.strip()]
+    for t in types:
+        if t not in SPEC_TYPES:
+            raise ConfigError(f"--peer-types {t!r}: choose from {', '.join(SPEC_TYPES)}")
+    return ["plain"] + [t for t in dict.fromkeys(types) if t != "plain"]
+
+
+def peer_binary(spec: str) -> Path:
+    """`--peer llama-server[=PATH]` -> the binary (checked before the model loads)."""
+    name, _, path = spec.partition("=")
+    if name != "llama-server":
+        raise ConfigError(f"--peer {spec}: the peer is llama.cpp's server: --peer llama-server[=PATH]")
+    return find_llama_server(path or None)
+
+
+def peer_config(binary: Path, session: Session, types: list[str], gpu_layers: int = 0
+                ) -> tuple[ServerConfig, list[str], list[str]]:
+    """The server settings mirroring the session (model, context, threads, batch), the types that can run,
+    and notes on those that cannot."""
+    backend = session.backend
+    model = Path(getattr(backend, "path", None) or "")
+    if model.suffix != ".gguf" or not model.is_file():
+        raise ConfigError(f"--peer llama-server needs a GGUF model on the llama.cpp backend; the {backend.name} "
+                          f"backend holds {model or session.model_name} (use --backend llama.cpp)")
+    draft, notes = None, []
+    if "draft-simple" in types:
+        draft, why = _peer_draft(session.drafter_options)
+        if draft is None:
+            types = [t for t in types if t != "draft-simple"]
+            notes.append(f"server:draft-simple skipped: {why}")
+    config = ServerConfig(binary, model, n_ctx=backend.n_ctx, threads=getattr(backend, "n_threads", None) or 1,
+                          n_batch=getattr(backend, "n_batch", 512), gpu_layers=gpu_layers, draft_model=draft)
+    return config, types, notes
+
+
+def _peer_draft(options) -> tuple[Optional[Path], str]:
+    """--draft-model, else the target's first `drafts` entry of models.toml, as a GGUF file."""
+    from localspec.registry import resolve_model
+    if options.draft_model:
+        path = Path(options.draft_model)
+    elif options.known_drafts:
+        try:
+            path = resolve_model(options.known_drafts[0], backend="llama.cpp")[1]
+        except LocalspecError as exc:
+            return None, f"the model's draft {options.known_drafts[0]} is not available ({exc})"
+    else:
+        return None, "no draft model (pass --draft-model; models.toml lists none for this model)"
+    if path.suffix != ".gguf" or not path.is_file():
+        return None, f"the draft model {path} is not a GGUF file"
+    return path, ""
+
+
+def plain_of(label: str) -> str:
+    """The baseline a method is compared with: that system's own plain decoding."""
+    return SERVER + "plain" if label.startswith(SERVER) else "none"
+
+
+def run_bench(session: Session, spec: str, cases: list[dict], *, default_k="auto",
+              peer: Optional[ServerConfig] = None, peer_types: Sequence[str] = ("plain",), seed: int = 0,
+              progress=print, repeats: int = 1, notes: Sequence[str] = ()) -> dict:
+    """Every method (and peer type) on every case, `repeats` times over, the order rotated per case and per
+    repeat; each repeat starts cold (see the module doc)."""
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="localspec-bench-") as scratch:
+        for r in range(repeats):
+            rows += _run_repeat(session, spec, default_k, cases, r, Path(scratch) / f"repeat-{r}",
+                                peer, peer_types if peer else (), seed, progress)
+    labels = list(rows[0]["methods"]) if rows else []
+    labels = [m for m in labels if not m.startswith(SERVER)] + [m for m in labels if m.startswith(SERVER)]
+    per_case = summarize_cases(rows, labels)
+    report = {"model": session.model_name, "backend": session.backend.name,
+              "machine": platform.processor() or platform.machine(),
+              "threads": getattr(session.backend, "n_threads", None), "ctx": getattr(session.backend, "n_ctx", None),
+              "date": time.strftime("%Y-%m-%d"), "sampling": asdict(session.sampling), "repeats": repeats,
+              "methods": labels, "notes": NOTES + list(notes),
+              "timing": "localspec decode = tokens / time of the generate loop after prefill (draft, verify and "
+                        "overhead); llama-server decode = its predicted_per_second (see notes)",
+              "by_kind": summarize(rows, per_case, labels), "per_case": per_case, "cases": rows}
+    if peer:
+        report["peer"] = {"binary": str(peer.binary), "types": list(peer_types),
+                          "draft_model": str(peer.draft_model) if peer.draft_model else None,
+                          "argv": {t: peer.server(t, Path("log")).argv(0) for t in peer_types}}
+    return report
+
+
+def _run_repeat(session, spec, default_k, cases, r, scratch: Path, peer, peer_types, seed, progress) -> list[dict]:
+    methods = make_methods(spec, session, default_k, scratch=str(scratch))
     rows = []
-    for i, case in ((r * len(cases) + j, c) for r in range(repeats) for j, c in enumerate(cases)):
-        conv = Conversation()
-        conv.messages = [dict(m) for m in case["messages"]]
-        prompt = conv.prompt_tokens(session.backend, reserve=case["max_tokens"])
-        order = methods[i % len(methods):] + methods[:i % len(methods)]
-        row = {"id": case["id"], "kind": case["kind"], "repeat": i // len(cases), "prompt_tokens": len(prompt),
-               "methods": {}}
-        outputs = {}
-        for method in order:
-            session.backend.truncate(0)  # every method prefills the whole prompt, as a new chat does
-            tokens, stats = [], None
-            for event in stream_generate(session.backend, method.drafter, prompt, session.sampling,
-                                         max_tokens=case["max_tokens"], draft_tokens=method.policy,
-                                         rng=np.random.default_rng(seed + i % len(cases))):
-                tokens.extend(event.tokens)
-                stats = event.stats
-            outputs[method.label] = tokens
-            row["methods"][method.label] = _figures(stats)
-        plain = row["methods"]["none"]["decode_tok_s"]
-        for label, m in row["methods"].items():
-            m["ratio_to_plain"] = round(m["decode_tok_s"] / plain, 3) if plain and m["decode_tok_s"] else None
-            m["same_as_plain"] = outputs[label] == outputs["none"]
-        rows.append(row)
-        progress(f"{case['id']:<18} " + "  ".join(f"{label} {m['decode_tok_s']:.1f} tok/s ({m['ratio_to_plain']}x)"
-                                                  for label, m in row["methods"].items()))
-    return {"model": session.model_name, "backend": session.backend.name,
-            "machine": platform.processor() or platform.machine(),
-            "threads": getattr(session.backend, "n_threads", None), "date": time.strftime("%Y-%m-%d"),
-            "sampling": asdict(session.sampling),
-            "methods": [m.label for m in methods],
-            "timing": "decode = tokens / time of the generate loop after prefill (draft, verify and overhead)",
-            "by_kind": summarize(rows, [m.label for m in methods]), "cases": rows}
+    try:
+        with running(peer, peer_types, scratch) as servers:
+            runners: list[tuple[str, Callable]] = [(m.label, _localspec_runner(session, m)) for m in methods]
+            runners += [(SERVER + t, _server_runner(server)) for t, server in servers.items()]
+            for j, case in enumerate(cases):
+                i = r * len(cases) + j
+                conv = Conversation()
+                conv.messages = [dict(m) for m in case["messages"]]
+                prompt = conv.prompt_tokens(session.backend, reserve=case["max_tokens"])
+                order = runners[i % len(runners):] + runners[:i % len(runners)]
+                row = {"id": case["id"], "kind": case["kind"], "repeat": r, "prompt_tokens": len(prompt),
+                       "order": [label for label, _ in order], "methods": {}}
+                rng_seed = seed + j
+                for label, run in order:
+                    row["methods"][label] = run(prompt, case["max_tokens"], rng_seed)
+                row["methods"] = {label: row["methods"][label] for label, _ in runners}  # a stable order
+                _compare(row)
+                row["bound"] = verify_bound(row)
+                rows.append(row)
+                progress(f"{case['id']:<18} r{r} " + "  ".join(
+                    f"{label} {m['decode_tok_s']:.1f} tok/s ({m['ratio_to_plain']}x)" for label, m in row["methods"].items()))
+    finally:
+        for method in methods:
+            method.drafter.close()
+        measured = [m.policy for m in methods if isinstance(m.policy, AdaptiveK)]
+        if measured and session.costs is not None:  # the curve of the method that measured most sizes
+            session.costs.save(max(measured, key=lambda p: len(p.costs()["verify_s"])).costs())
+    return rows
 
 
-def _figures(stats) -> dict:
+def _localspec_runner(session: Session, method: Method) -> Callable:
+    def run(prompt, max_tokens, rng_seed) -> dict:
+        session.backend.truncate(0)  # every method prefills the whole prompt, as a new chat does
+        tokens, stats, first_step = [], None, None
+        for event in stream_generate(session.backend, method.drafter, prompt, session.sampling,
+                                     max_tokens=max_tokens, draft_tokens=method.policy,
+                                     rng=np.random.default_rng(rng_seed)):
+            tokens.extend(event.tokens)
+            stats = event.stats
+            if first_step is None:
+                first_step = stats.decode_s  # the step that emitted the first token
+        return _figures(stats, first_step or 0.0, tokens)
+    return run
+
+
+def _server_runner(server) -> Callable:
+    def run(prompt, max_tokens, rng_seed) -> dict:
+        return _server_figures(server.complete(prompt, max_tokens))
+    return run
+
+
+def _figures(stats, first_step_s: float, tokens: list[int]) -> dict:
     d = stats.to_dict()
     decode = stats.decode_s or 1e-9
-    return {"tokens": stats.generated, "decode_s": d["decode_s"], "decode_tok_s": d["decode_tok_s"],
-            "prefill_tok_s": d["prefill_tok_s"], "acceptance_rate": d["acceptance_rate"],
-            "tau": d["mean_accepted_length"], "draft_share": round(stats.draft_s / decode, 3),
-            "verify_share": round(stats.verify_s / decode, 3), "speclen": d["speclen"],
-            "acceptance_rules": d["acceptance_rules"], "drafter": d["drafter"]}
+    return {"tokens": stats.generated, "prefill_s": d["prefill_s"], "ttft_s": round(stats.prefill_s + first_step_s, 4),
+            "decode_s": d["decode_s"], "decode_tok_s": d["decode_tok_s"],
+            "total_s": round(stats.prefill_s + stats.decode_s, 4), "prefill_tok_s": d["prefill_tok_s"],
+            "acceptance_rate": d["acceptance_rate"], "tau": d["mean_accepted_length"],
+            "draft_share": round(stats.draft_s / decode, 3), "verify_share": round(stats.verify_s / decode, 3),
+            "speclen": d["speclen"], "acceptance_rules": d["acceptance_rules"], "drafter": d["drafter"],
+            "output_ids": list(tokens)}
 
 
-def summarize(rows: list[dict], labels: list[str]) -> dict:
-    kinds: dict = {}
+def _server_figures(reply) -> dict:
+    t = reply.timings
+    prefill, decode = t.get("prompt_ms", 0) / 1e3, t.get("predicted_ms", 0) / 1e3
+    drafted, accepted = t.get("draft_n", 0), t.get("draft_n_accepted", 0)
+    return {"tokens": t.get("predicted_n", len(reply.tokens)), "prefill_s": round(prefill, 4),
+            "ttft_s": round(prefill, 4), "decode_s": round(decode, 4),
+            "decode_tok_s": round(t.get("predicted_per_second", 0.0), 2), "total_s": round(prefill + decode, 4),
+            "prefill_tok_s": round(t.get("prompt_per_second", 0.0), 2), "prompt_n": t.get("prompt_n"),
+            "draft_n": drafted, "draft_n_accepted": accepted,
+            "acceptance_rate": round(accepted / drafted, 4) if drafted else None, "tau": None,
+            "draft_share": None, "verify_share": None, "timings": dict(t), "output_ids": list(reply.tokens)}
+
+
+def _ratio(a, b) -> Optional[float]:
+    return round(a / b, 3) if a and b else None
+
+
+def _compare(row: dict) -> None:
+    """Ratios and sameness of every method against its own system's plain; agreement with localspec's."""
+    ms = row["methods"]
+    reference = ms["none"]["output_ids"]
+    for label, m in ms.items():
+        base = ms.get(plain_of(label))
+        m["plain"] = plain_of(label)
+        m["ratio_to_plain"] = _ratio(m["decode_tok_s"], base["decode_tok_s"]) if base else None
+        m["ratio_to_plain_total"] = (_ratio(m["tokens"] / m["total_s"], base["tokens"] / base["total_s"])
+                                     if base and m["total_s"] and base["total_s"] else None)
+        m["same_as_plain"] = bool(base) and m["output_ids"] == base["output_ids"]
+        m["prefix_same_as_none"] = common_prefix(m["output_ids"], reference)  # tokens equal to localspec plain's
+
+
+def verify_bound(row: dict) -> Optional[dict]:
+    """The best speedup localspec's measured verify curve allows: max over n of n * verify_ms[1] / verify_ms[n]
+    (all n tokens accepted at window n, against one token per single step). The suffix method's curve, else
+    the first method's that has one."""
+    candidates = sorted(row["methods"], key=lambda label: (not label.startswith("suffix"), label.startswith(SERVER)))
+    for label in candidates:
+        curve = {int(n): ms for n, ms in ((row["methods"][label].get("speclen") or {}).get("verify_ms") or {}).items()}
+        if curve.get(1) and len(curve) > 1:
+            n, value = max(((n, n * curve[1] / ms) for n, ms in curve.items() if ms), key=lambda x: x[1])
+            return {"speedup": round(value, 3), "window": n, "from": label, "verify_ms": curve}
+    return None
+
+
+def _median(values) -> Optional[float]:
+    values = [v for v in values if v is not None]
+    return round(statistics.median(values), 3) if values else None
+
+
+def _mean(values) -> Optional[float]:
+    values = [v for v in values if v is not None]
+    return round(sum(values) / len(values), 3) if values else None
+
+
+def summarize_cases(rows: list[dict], labels: list[str]) -> dict:
+    """Per case, over its repeats: median ratios per method, the verify bound and each ratio's share of it."""
+    out: dict = {}
     for row in rows:
-        kinds.setdefault(row["kind"], []).append(row)
-    out = {}
-    for kind, group in kinds.items():
+        out.setdefault(row["id"], {"kind": row["kind"], "rows": []})["rows"].append(row)
+    for case in out.values():
+        group = case.pop("rows")
+        bound = _median((r["bound"] or {}).get("speedup") for r in group)
+        case["repeats"] = len(group)
+        case["bound"] = bound
+        case["median_ratio"] = {m: _median(r["methods"][m]["ratio_to_plain"] for r in group) for m in labels}
+        case["median_ratio_total"] = {m: _median(r["methods"][m]["ratio_to_plain_total"] for r in group) for m in labels}
+        case["median_ttft_s"] = {m: _median(r["methods"][m]["ttft_s"] for r in group) for m in labels}
+        case["fraction_of_bound"] = {m: round(v / bound, 3) if v and bound else None
+                                     for m, v in case["median_ratio"].items()}
+        case["all_same_as_plain"] = {m: all(r["methods"][m]["same_as_plain"] for r in group) for m in labels}
+    return out
+
+
+def summarize(rows: list[dict], per_case: dict, labels: list[str]) -> dict:
+    """Per kind: pooled tok/s, and ratios as the mean over the kind's cases of each case's median."""
+    out: dict = {}
+    for kind in dict.fromkeys(r["kind"] for r in rows):
+        group = [r for r in rows if r["kind"] == kind]
+        cases = [c for c in per_case.values() if c["kind"] == kind]
         out[kind] = {}
         for label in labels:
             ms = [r["methods"][label] for r in group]
             tokens, seconds = sum(m["tokens"] for m in ms), sum(m["decode_s"] for m in ms)
-            ratios = [m["ratio_to_plain"] for m in ms if m["ratio_to_plain"]]
-            rates = [m["acceptance_rate"] for m in ms if m["acceptance_rate"] is not None]
             out[kind][label] = {
                 "decode_tok_s": round(tokens / seconds, 2) if seconds else None,
-                "ratio_to_plain": round(sum(ratios) / len(ratios), 3) if ratios else None,
-                "acceptance_rate": round(sum(rates) / len(rates), 3) if rates else None,
-                "tau": round(sum(m["tau"] for m in ms) / len(ms), 3),
-                "draft_share": round(sum(m["draft_share"] for m in ms) / len(ms), 3),
-                "verify_share": round(sum(m["verify_share"] for m in ms) / len(ms), 3),
+                "ratio_to_plain": _mean(c["median_ratio"][label] for c in cases),
+                "ratio_to_plain_total": _mean(c["median_ratio_total"][label] for c in cases),
+                "fraction_of_bound": _mean(c["fraction_of_bound"][label] for c in cases),
+                "ttft_s": _median(m["ttft_s"] for m in ms),
+                "acceptance_rate": _mean(m["acceptance_rate"] for m in ms),
+                "tau": _mean(m["tau"] for m in ms),
+                "draft_share": _mean(m["draft_share"] for m in ms),
+                "verify_share": _mean(m["verify_share"] for m in ms),
                 "all_same_as_plain": all(m["same_as_plain"] for m in ms),
             }
     return out
 
 
+def _cell(value, fmt: str, width: int) -> str:
+    return f"{'-' if value is None else format(value, fmt):>{width}}"
+
+
 def format_tables(report: dict) -> str:
     lines = [f"{report['model']} · {report['backend']} · {report['machine']} · {report['date']}"]
-    header = f"  {'method':<12}{'tok/s':>8}{'x plain':>9}{'accept':>8}{'tau':>6}{'draft':>7}{'verify':>8}"
+    w = max([12] + [len(m) + 2 for m in report["methods"]])
+    header = (f"  {'method':<{w}}{'tok/s':>8}{'x plain':>9}{'x total':>9}{'ttft ms':>9}{'accept':>8}{'tau':>6}"
+              f"{'draft':>7}{'verify':>8}")
     for kind, methods in report["by_kind"].items():
         lines += ["", kind, header]
         for label, m in methods.items():
-            accept = "-" if m["acceptance_rate"] is None else f"{m['acceptance_rate']:.0%}"
-            lines.append(f"  {label:<12}{m['decode_tok_s'] or 0:>8.1f}{m['ratio_to_plain'] or 0:>9.2f}{accept:>8}"
-                         f"{m['tau']:>6.2f}{m['draft_share']:>7.0%}{m['verify_share']:>8.0%}")
+            ttft = None if m["ttft_s"] is None else m["ttft_s"] * 1e3
+            lines.append(f"  {label:<{w}}{_cell(m['decode_tok_s'], '.1f', 8)}{_cell(m['ratio_to_plain'], '.2f', 9)}"
+                         f"{_cell(m['ratio_to_plain_total'], '.2f', 9)}{_cell(ttft, '.0f', 9)}"
+                         f"{_cell(m['acceptance_rate'], '.0%', 8)}{_cell(m['tau'], '.2f', 6)}"
+                         f"{_cell(m['draft_share'], '.0%', 7)}{_cell(m['verify_share'], '.0%', 8)}")
+    lines += ["", f"median ratio to own plain per case over {report.get('repeats', 1)} repeat(s) "
+                  f"(bound: localspec's verify curve)"]
+    ours = [m for m in report["methods"] if not m.startswith(SERVER) and m != "none"]
+    peers = [m for m in report["methods"] if m.startswith(SERVER) and m != SERVER + "plain"]
+    cw = {m: max(7, len(m) + 1) for m in ours + peers}
+    lines.append(f"  {'case':<18}{'kind':<12}{'bound':>7}" + "".join(f"{m:>{cw[m]}}" for m in ours)
+                 + ("  |" + "".join(f"{m:>{cw[m]}}" for m in peers) if peers else ""))
+    for case_id, c in report["per_case"].items():
+        cells = "".join(_cell(c["median_ratio"][m], ".2f", cw[m]) for m in ours)
+        if peers:
+            cells += "  |" + "".join(_cell(c["median_ratio"][m], ".2f", cw[m]) for m in peers)
+        lines.append(f"  {case_id:<18}{c['kind']:<12}{_cell(c['bound'], '.2f', 7)}{cells}")
     return "\n".join(lines)
 
 
 def plot(report: dict, out: str) -> None:
+    """Bars per kind: each method's decode ratio to its own system's plain (hatched: llama-server)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -195,16 +432,18 @@ def plot(report: dict, out: str) -> None:
     except ImportError:
         raise ConfigError("--plot needs matplotlib: pip install 'localspec[plot]'") from None
     kinds = list(report["by_kind"])
-    labels = [m for m in report["methods"] if m != "none"]
+    labels = [m for m in report["methods"] if m not in ("none", SERVER + "plain")]
     width = 0.8 / max(1, len(labels))
-    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(kinds)), 4))
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(kinds) + 0.3 * len(labels)), 4))
     for j, label in enumerate(labels):
         values = [report["by_kind"][k][label]["ratio_to_plain"] or 0 for k in kinds]
-        ax.bar([i + j * width for i in range(len(kinds))], values, width, label=label)
+        ax.bar([i + j * width for i in range(len(kinds))], values, width, label=label,
+               hatch="//" if label.startswith(SERVER) else None)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks([i + width * (len(labels) - 1) / 2 for i in range(len(kinds))], kinds)
-    ax.set_ylabel("decode tok/s / plain")
-    ax.set_title(f"{report['model']} on {report['machine']}")
-    ax.legend()
+    ax.set_ylabel("decode tok/s / own plain")
+    ax.set_title(f"{report['model']} on {report['machine']} (cold, median of {report.get('repeats', 1)})")
+    ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(out)
+    plt.close(fig)

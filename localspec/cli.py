@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--drafter", "-d", default="suffix", help=f"one of: {', '.join(DRAFTERS)} (default: suffix)")
     g.add_argument("--draft-tokens", "-k", default="auto",
                    help="tokens drafted per step: a number fixes it; 'auto' (the default) lets a controller pick "
-                        "0..8 each step from measured costs and acceptance; 'auto:N' caps it at N")
+                        "0..64 each step from measured costs and the drafter's confidence; 'auto:N' caps it at N")
     g.add_argument("--draft-model", help="--drafter draft: the draft model, a name or a .gguf path "
                                          "(default: the first of the target's 'drafts' in models.toml)")
     g.add_argument("--eagle-head", help="--drafter eagle: an EAGLE-1/2/3 head, a folder or a downloaded Hub repo "
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ngram-max", type=int, help="longest n-gram the ngram drafter matches (4)")
     g.add_argument("--suffix-max-depth", type=int, help="suffix drafter: longest context it matches + drafts (64)")
     g.add_argument("--suffix-min-prob", type=float, help="suffix drafter: stop a draft below this confidence (0.5)")
-    g.add_argument("--suffix-factor", type=float, help="suffix drafter: draft at most factor x match length (1.0)")
+    g.add_argument("--suffix-factor", type=float, help="suffix drafter: draft at most factor x match length (4.0)")
     g.add_argument("--suffix-offset", type=float, help="suffix drafter: ... plus this many tokens (-2: matches under 3 tokens draft nothing)")
     g.add_argument("--suffix-cache-tokens", type=int,
                    help="suffix drafter: bound of the cache of past answers on disk (200000; 0 turns it off)")
@@ -85,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=1, help="run the workload this many times (noisy machines)")
     bench.add_argument("--json", dest="json_out", metavar="OUT", help="write every figure to this JSON file")
     bench.add_argument("--plot", metavar="OUT.png", help="bar chart of the ratios to plain (needs matplotlib)")
+    bench.add_argument("--peer", metavar="llama-server[=PATH]",
+                       help="also measure llama.cpp's own llama-server on the same prompts: PATH is its binary "
+                            "(or folder); default: llama-server on PATH")
+    bench.add_argument("--peer-types", default="plain,ngram-mod,ngram-simple,draft-simple",
+                       help="--peer: llama-server speculation types, methods server:TYPE; draft-simple uses "
+                            "--draft-model or the model's first draft (default: plain,ngram-mod,ngram-simple,"
+                            "draft-simple; plain is always run)")
     bench.set_defaults(temperature=0.0)  # benchmarks are greedy unless asked otherwise
 
     pull = sub.add_parser("pull", help="download a model (and its recommended draft and EAGLE head) into the "

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 from localspec.chat import Conversation
@@ -173,7 +171,8 @@ def read_recorded_chats(path: str) -> list[list[dict]]:
 
 
 def bench_command(args) -> int:
-    from localspec.bench import format_tables, load_cases, make_methods, plot, run_bench
+    from localspec.bench import (format_tables, load_cases, parse_peer_types, peer_binary, peer_config, plot,
+                                 run_bench)
     from localspec.fileio import atomic_write
 
     cases = load_cases(args.prompts)
@@ -184,17 +183,27 @@ def bench_command(args) -> int:
             raise LocalspecError(f"--cases {args.cases}: no such case in the workload")
     for case in cases:  # --max-tokens caps the workload's own lengths
         case["max_tokens"] = min(case["max_tokens"], args.max_tokens)
+    if args.repeats < 1:
+        raise LocalspecError(f"--repeats must be at least 1, got {args.repeats}")
+    peer_types = parse_peer_types(args.peer_types)
+    binary = peer_binary(args.peer) if args.peer else None  # a missing peer fails before the model loads
     args.drafter = "none"  # the methods make their own drafters
-    with Session.from_args(args) as session, tempfile.TemporaryDirectory(prefix="localspec-bench-") as scratch:
-        # the suffix drafters start cold in a scratch cache: the user's cache stays out of (and untouched by) it
-        session.drafter_options = replace(session.drafter_options, suffix_cache_dir=scratch)
-        methods = make_methods(args.drafters, session, args.draft_tokens)
-        print(f"localspec bench — {session.load_report()}; {len(cases)} cases × {len(methods)} methods",
-              file=sys.stderr)
-        if args.repeats < 1:
-            raise LocalspecError(f"--repeats must be at least 1, got {args.repeats}")
-        report = run_bench(session, methods, cases, seed=args.seed or 0, repeats=args.repeats,
+    with Session.from_args(args) as session:
+        # run_bench gives every method its own empty scratch suffix cache per repeat: the user's cache stays
+        # out of (and untouched by) the benchmark
+        peer, notes = None, []
+        if binary:
+            peer, peer_types, notes = peer_config(binary, session, peer_types, args.gpu_layers)
+            for note in notes:
+                print(f"localspec bench: {note}", file=sys.stderr)
+        print(f"localspec bench — {session.load_report()}; {len(cases)} cases × {args.repeats} repeats"
+              + (f"; peer {binary} ({', '.join(peer_types)})" if peer else ""), file=sys.stderr)
+        report = run_bench(session, args.drafters, cases, default_k=args.draft_tokens, peer=peer,
+                           peer_types=peer_types, seed=args.seed or 0, repeats=args.repeats, notes=notes,
                            progress=lambda line: print(line, file=sys.stderr, flush=True))
+    if peer:
+        from localspec.peer import server_version
+        report["peer"]["version"] = server_version(binary)
     print(format_tables(report))
     if args.json_out:
         atomic_write(Path(args.json_out), json.dumps(report, indent=1).encode())

@@ -13,3 +13,10 @@ def atomic_write(path: Path, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def cache_root() -> Path:
+    """localspec's cache folder: $LOCALSPEC_CACHE, else $XDG_CACHE_HOME/localspec, else ~/.cache/localspec."""
+    base = os.environ.get("LOCALSPEC_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "localspec")
+    return Path(base)

@@ -10,6 +10,7 @@ import numpy as np
 from localspec.backends import load_backend
 from localspec.backends.base import Backend, Progress
 from localspec.chat import Conversation
+from localspec.cost_cache import CostCache, cache_disabled
 from localspec.drafters import DrafterOptions, check_drafter_name, make_drafter
 from localspec.drafters.base import Drafter
 from localspec.engine import stream_generate
@@ -30,6 +31,7 @@ class Session:
     stop: tuple[str, ...] = ()
     rng: np.random.Generator = field(default_factory=np.random.default_rng)
     drafter_options: DrafterOptions = field(default_factory=DrafterOptions)
+    costs: Optional[CostCache] = None  # the measured verify-cost curve on disk (None: not kept)
 
     @classmethod
     def from_args(cls, args, on_load=None) -> "Session":
@@ -48,16 +50,34 @@ class Session:
         except BaseException:
             backend.close()
             raise
-        return cls(backend, drafter, sampling, name, args.max_tokens, speclen, tuple(args.stop),
-                   np.random.default_rng(args.seed), options)
+        session = cls(backend, drafter, sampling, name, args.max_tokens, speclen, tuple(args.stop),
+                      np.random.default_rng(args.seed), options)
+        session.costs = CostCache(None if cache_disabled() else backend.cost_key())
+        session.speclen = session.new_policy(speclen)
+        return session
+
+    def new_policy(self, draft_tokens) -> "FixedK | AdaptiveK":
+        """A speculation-length policy; an adaptive one starts from the cost curve measured on this machine
+        in earlier sessions."""
+        policy = make_policy(draft_tokens)
+        if isinstance(policy, AdaptiveK) and self.costs is not None:
+            policy.load_costs(self.costs.load())
+        return policy
 
     def answer(self, conversation: Conversation, on_prefill: Progress = None) -> Iterator[TokenEvent]:
         """Stream the assistant's answer to the conversation's last user message. The caller adds the
         answer to the conversation (so an interrupted answer can be kept, too)."""
         prompt = conversation.prompt_tokens(self.backend, reserve=self.max_tokens)
-        return stream_generate(self.backend, self.drafter, prompt, self.sampling, max_tokens=self.max_tokens,
-                               draft_tokens=self.speclen, stop=self.stop, rng=self.rng,
-                               on_prefill=on_prefill)
+        try:
+            yield from stream_generate(self.backend, self.drafter, prompt, self.sampling,
+                                       max_tokens=self.max_tokens, draft_tokens=self.speclen, stop=self.stop,
+                                       rng=self.rng, on_prefill=on_prefill)
+        finally:  # what this turn measured is there for the next start, even after Ctrl-C
+            self.save_costs()
+
+    def save_costs(self) -> None:
+        if self.costs is not None:
+            self.costs.save(self.speclen.costs())
 
     def load_report(self) -> str:
         """What is loaded and how much memory each model's weights take."""
@@ -80,8 +100,9 @@ class Session:
         self.speclen.reset_drafter()
 
     def set_draft_tokens(self, value) -> None:
-        """A fixed K or 'auto'. Switching to 'auto' keeps nothing: the controller measures afresh."""
-        self.speclen = make_policy(value)
+        """A fixed K or 'auto'. Switching to 'auto' keeps no acceptance evidence, only the cost curve."""
+        self.save_costs()
+        self.speclen = self.new_policy(value)
 
     def close(self) -> None:
         self.drafter.close()

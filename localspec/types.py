@@ -17,25 +17,39 @@ class Draft:
     ``parents[i]`` is the index of token i's parent in this draft (-1: the pending token), so a chain is
     -1, 0, 1, ... .  ``q`` holds one draft distribution per token (rows over the vocabulary); ``None``
     means each token was proposed with certainty (a point mass), as n-gram and suffix drafters do.
+    ``confidence`` holds the drafter's own belief in each token, in [0, 1] (a suffix match's path confidence
+    and length, an n-gram match's length, a draft model's q of its token); the controller learns how often
+    tokens of each confidence are accepted, so a long confident copy is verified whole and a weak guess is
+    not. ``None``: the drafter says nothing (every token is judged by its position alone).
     """
 
     tokens: tuple[int, ...] = ()
     parents: tuple[int, ...] = ()
     q: Optional[np.ndarray] = None
+    confidence: Optional[tuple[float, ...]] = None
 
     def __post_init__(self) -> None:
         if len(self.parents) != len(self.tokens):
             raise ValueError("Draft.parents must have one entry per token")
         if self.q is not None and self.q.shape[0] != len(self.tokens):
             raise ValueError("Draft.q must have one row per token")
+        if self.confidence is not None and len(self.confidence) != len(self.tokens):
+            raise ValueError("Draft.confidence must have one entry per token")
 
     @classmethod
-    def chain(cls, tokens, q: Optional[np.ndarray] = None) -> "Draft":
+    def chain(cls, tokens, q: Optional[np.ndarray] = None, confidence=None) -> "Draft":
         tokens = tuple(int(t) for t in tokens)
-        return cls(tokens, tuple(range(-1, len(tokens) - 1)), q)
+        conf = None if confidence is None else tuple(float(c) for c in confidence)
+        return cls(tokens, tuple(range(-1, len(tokens) - 1)), q, conf)
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    def token_confidence(self) -> Optional[tuple[float, ...]]:
+        """The drafter's confidence in each token: its own, else q of the drafted token, else None."""
+        if self.confidence is not None or self.q is None:
+            return self.confidence
+        return tuple(float(self.q[i, t]) for i, t in enumerate(self.tokens))
 
     @property
     def is_chain(self) -> bool:
@@ -64,7 +78,8 @@ class Draft:
         """The first n tokens: a tree still, since parents come before their children."""
         if n >= len(self):
             return self
-        return Draft(self.tokens[:n], self.parents[:n], None if self.q is None else self.q[:n])
+        return Draft(self.tokens[:n], self.parents[:n], None if self.q is None else self.q[:n],
+                     None if self.confidence is None else self.confidence[:n])
 
     def main_chain(self) -> "Draft":
         """The chain through every token's first child: the drafter's best guess in a tree."""
@@ -75,7 +90,8 @@ class Draft:
             if p == node:
                 path.append(i)
                 node = i
-        return Draft.chain([self.tokens[i] for i in path], None if self.q is None else self.q[path])
+        return Draft.chain([self.tokens[i] for i in path], None if self.q is None else self.q[path],
+                           None if self.confidence is None else [self.confidence[i] for i in path])
 
 
 EMPTY_DRAFT = Draft()

@@ -2,3 +2,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+import tempfile
+
+# Tests never read or write the user's caches (suffix answers, measured cost curves): one scratch root for
+# the whole run, unless a test points LOCALSPEC_CACHE elsewhere itself.
+os.environ.setdefault("LOCALSPEC_CACHE", tempfile.mkdtemp(prefix="localspec-test-cache-"))

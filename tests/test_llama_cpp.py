@@ -172,3 +172,23 @@ def test_draft_model_sampling_uses_q_and_beats_exact_matching(backend, draft_bac
     assert rules["positions"] >= 20
     assert rules["rejection_sampling"] > 0.9 and rules["rejection_sampling"] > rules["exact_match"] + 0.1
     assert out.stats.acceptance_rate > 0.8
+
+
+def test_windows_longer_than_n_batch_are_split_and_stay_exact(backend):
+    """A 40-token verify window on a context whose batch holds 16: decoded in three pieces, every row's
+    logits come back in order and greedy output is still the model's own."""
+    _, path = resolve_model("smollm2-135m")
+    prompt = prompt_tokens(backend, PROMPTS[7])
+    reference = greedy_run(backend, prompt, NoDrafter())
+    with LlamaCppBackend(path, n_ctx=1024, n_threads=2, n_batch=16) as small:
+        assert small.n_batch == 16
+        small.prefill(prompt[:-1])
+        window = [prompt[-1], *reference[:39]]
+        logits = small.forward(window).logits
+        assert logits.shape == (40, small.vocab_size) and small.cached_tokens == tuple(prompt[:-1] + window)
+        # row i predicts reference[i]: the rows are in window order, not shuffled by the split
+        assert np.mean(np.argmax(logits, axis=1) == np.array(reference[:40])) >= 0.9
+        small.truncate(0)
+        got = generate(small, OracleDrafter(reference, len(prompt), small.vocab_size), prompt, GREEDY,
+                       max_tokens=N, draft_tokens=40).tokens
+    assert_same_or_near_tie(backend, prompt, reference, got, "window of 40 on n_batch 16")

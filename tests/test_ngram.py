@@ -2,17 +2,22 @@
 import numpy as np
 import pytest
 
+from localspec.drafters.base import match_confidence
 from localspec.drafters.ngram import NgramDrafter
 from localspec.errors import ConfigError
 
 
 def brute_force(context, n_min, n_max, k):
+    """(copy, real match length): the most recent occurrence of the longest matching n-gram, and how far back
+    (up to 64 tokens) the text before that occurrence equals the context's end."""
     for n in range(min(n_max, len(context) - 1), n_min - 1, -1):
         suffix = context[-n:]
         for start in range(len(context) - n - 1, -1, -1):  # most recent earlier occurrence first
             if context[start:start + n] == suffix:
-                return context[start + n:start + n + k]
-    return []
+                end = start + n
+                length = max(m for m in range(n, min(64, end) + 1) if context[end - m:end] == context[-m:])
+                return context[end:end + k], length
+    return [], 0
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -22,10 +27,29 @@ def test_matches_brute_force_while_the_context_grows(seed):
     sequence = rng.integers(0, vocab, size=300).tolist()
     drafter = NgramDrafter(n_min=1 + seed % 2, n_max=4)
     drafter.begin(sequence[:5])
+    lengths = []
     for end in range(5, len(sequence)):
         context = sequence[:end]
-        k = 1 + end % 8
-        assert list(drafter.propose(context, k).tokens) == brute_force(context, drafter.n_min, 4, k), end
+        k = [1, 5, 8, 64][end % 4]
+        draft = drafter.propose(context, k)
+        tokens, length = brute_force(context, drafter.n_min, 4, k)
+        assert list(draft.tokens) == tokens, end
+        assert draft.confidence == ((match_confidence(length),) * len(tokens) if tokens else None), end
+        lengths += [length] if tokens else []
+    assert drafter.figures()["mean_match_len"] == round(sum(lengths) / len(lengths), 2)
+
+
+def test_a_long_copy_is_proposed_whole_and_confident():
+    line = list(range(100, 180))
+    context = line + [7] + line[:70]  # the line is being copied again
+    drafter = NgramDrafter(2, 4)
+    drafter.begin(context)
+    short = drafter.propose([1, 2, 3, 1, 2], 8)
+    assert short.tokens == (3, 1, 2) and short.confidence == (match_confidence(2),) * 3
+    drafter.begin(context)
+    draft = drafter.propose(context, 64)
+    assert draft.tokens == tuple(line[70:]) + (7,) + tuple(line[:53])  # the copy runs on to the context end
+    assert set(draft.confidence) == {match_confidence(64)} and match_confidence(64) > 0.9
 
 
 def test_copies_the_continuation_of_a_repeated_phrase():

@@ -98,13 +98,15 @@ def test_costly_drafter_that_pays_is_used_then_probed_when_it_stops_paying():
     assert len(late) <= 6 and (len(gaps) < 2 or gaps[-1] > gaps[0])  # ever rarer probes
 
 
-def test_verify_cost_interpolates_and_is_optimistic_past_what_was_measured():
+def test_verify_cost_interpolates_and_is_pessimistic_past_what_was_measured():
     ctl = AdaptiveK(8)
     for n, s in ((2, 0.010), (4, 0.020)):
         ctl.record(n - 1, 0, [0], 0.0, s, s)
+    single = 0.010 / 1.5  # the prior slope below the smallest size
+    assert ctl.verify_cost(1) == pytest.approx(single)
     assert ctl.verify_cost(3) == pytest.approx(0.015)
-    assert ctl.verify_cost(7) == pytest.approx(0.020)  # untried: assumed no dearer, so it gets tried
-    assert ctl.verify_cost(1) == pytest.approx(0.010 / 1.5)  # the prior slope below the smallest size
+    # untried and larger: the mean per-position slope so far, so trying it is paid from the exploration budget
+    assert ctl.verify_cost(7) == pytest.approx(0.020 + 3 * (0.020 - single) / 3)
 
 
 def test_fixed_k_verifies_everything():
@@ -112,7 +114,7 @@ def test_fixed_k_verifies_everything():
     assert pol.plan(3) == 3 and pol.trim(Draft.chain([1, 2, 3]), 0.0) == 3 and pol.label == "K=3"
 
 
-@pytest.mark.parametrize("text,kind,k", [("4", FixedK, 4), (6, FixedK, 6), ("auto", AdaptiveK, 8),
+@pytest.mark.parametrize("text,kind,k", [("4", FixedK, 4), (6, FixedK, 6), ("auto", AdaptiveK, 64),
                                          ("auto:3", AdaptiveK, 3)])
 def test_make_policy(text, kind, k):
     pol = make_policy(text)
@@ -134,3 +136,108 @@ def test_adaptive_output_is_the_targets_and_a_random_drafter_is_mostly_skipped()
     assert out.tokens == plain.tokens
     assert out.stats.speclen["mode"] == "adaptive"
     assert out.stats.drafted < 0.25 * out.stats.steps * 8  # fixed K=8 would verify 8 per step
+
+
+# -- long windows, whole cost curves, confidence ---------------------------------------------------------
+
+def curve(points):
+    """Cost in single steps for window sizes 1..65, linear between the given points."""
+    ks = sorted(points)
+    return {n: float(np.interp(n, ks, [points[k] for k in ks])) for n in range(1, 66)}
+
+
+CURVES = {  # seconds per window of n positions (a single step = 1 s), n = 1..65
+    "cpu monotone": curve({1: 1.0, 2: 1.63, 4: 2.47, 8: 5.45, 16: 9.0, 32: 16.0, 65: 30.0}),
+    "cliff": {n: (1.0 if n <= 8 else 4.0) + 0.08 * (n - 1) for n in range(1, 66)},
+    "cpu, 16 cheaper than 12": curve({1: 1.0, 2: 1.63, 4: 2.47, 6: 3.5, 8: 5.45, 12: 7.01, 16: 6.78, 24: 9.5,
+                                      32: 11.5, 48: 17.0, 65: 22.0}),
+    "flat gpu": {n: 1.0 + 0.01 * (n - 1) for n in range(1, 66)},
+}
+
+
+def expected(k, a):
+    return sum(a ** i for i in range(k + 1))
+
+
+def oracle_rate(a, verify):
+    return max(expected(k, a) / verify[k + 1] for k in range(65))
+
+
+def drive_confident(ctl, steps, verify, kinds, seed=0):
+    """Cheap drafter proposing 64 tokens a step; kinds(step, rng) -> (acceptance, confidence, length) of that
+    step's proposal. Returns [(kind index, verified)], and the expected rate of the choices made."""
+    rng = np.random.default_rng(seed)
+    produced, out, e_sum, t_sum = 0, [], 0.0, 0.0
+    for step in range(steps):
+        which, a, conf, length = kinds(step, rng)
+        k = ctl.plan(64)
+        tokens, ok = [], True
+        for i in range(min(k, length)):
+            ok = ok and rng.random() < a
+            tokens.append(produced + i if ok else -1)
+        draft = Draft.chain(tokens, confidence=[conf] * len(tokens))
+        n = ctl.trim(draft, 0.0)
+        accepted = 0
+        while accepted < n and tokens[accepted] == produced + accepted:
+            accepted += 1
+        emitted = list(range(produced, produced + accepted + 1))
+        produced += len(emitted)
+        ctl.record(n, accepted, emitted, 0.0, verify[n + 1], verify[n + 1])
+        out.append((which, n))
+        if step >= steps // 3:
+            e_sum += expected(n, a)
+            t_sum += verify[n + 1]
+    return out, e_sum / t_sum
+
+
+@pytest.mark.parametrize("name", list(CURVES))
+@pytest.mark.parametrize("a", [0.8, 0.95, 0.98])
+def test_controller_is_within_3_percent_of_the_oracle_on_every_curve(name, a):
+    verify = CURVES[name]
+    ctl = AdaptiveK()
+    _, got = drive_confident(ctl, 3000, verify, lambda s, rng: (0, a, 0.9, 64))
+    assert got >= 0.97 * oracle_rate(a, verify), ctl.figures()
+
+
+def test_confident_proposals_use_windows_past_8():
+    verify = CURVES["cpu, 16 cheaper than 12"]
+    chosen, _ = drive_confident(AdaptiveK(), 2000, verify, lambda s, rng: (0, 0.98, 0.95, 64))
+    k = mode([n for _, n in chosen[1000:]])
+    assert k > 8 and expected(k, 0.98) / verify[k + 1] >= 0.97 * oracle_rate(0.98, verify)
+
+
+def test_long_confident_and_short_weak_proposals_are_verified_differently():
+    """Interleaved: long copies accepted 98% of the time (confidence 0.95), short guesses accepted 30%
+    (confidence 0.3). Judged by position alone they would be averaged into one mediocre length."""
+    verify = {n: 1.0 + 0.03 * (n - 1) for n in range(1, 66)}
+    long_ = (0, 0.98, 0.95, 64)
+    short = (1, 0.3, 0.3, 8)
+    chosen, _ = drive_confident(AdaptiveK(), 3000, verify, lambda s, rng: long_ if rng.random() < 0.5 else short)
+    late = chosen[1500:]
+    assert np.median([n for w, n in late if w == 0]) >= 32
+    assert np.median([n for w, n in late if w == 1]) <= 4
+
+
+def test_exploration_loses_at_most_one_percent_of_decode_time():
+    verify = CURVES["cpu, 16 cheaper than 12"]
+    ctl = AdaptiveK()
+    drive_confident(ctl, 3000, verify, lambda s, rng: (0, 0.9, 0.9, 64))
+    total = sum(verify[n + 1] for n in ctl._chosen)
+    figures = ctl.figures()
+    assert figures["explore_steps"] > 0  # it did try sizes it had not measured...
+    assert figures["explore_ms"] / 1e3 <= 0.01 * total  # ...out of its budget
+
+
+def test_a_saved_curve_is_used_from_the_first_step():
+    verify = CURVES["cpu, 16 cheaper than 12"]
+    first = AdaptiveK()
+    drive_confident(first, 3000, verify, lambda s, rng: (0, 0.98, 0.95, 64))
+    saved = first.costs()
+    best = max(range(65), key=lambda k: expected(k, 0.98) / verify[k + 1])
+    assert best + 1 in {int(n) for n in saved["verify_s"]}
+    second = AdaptiveK()
+    second.load_costs(saved)
+    chosen, _ = drive_confident(second, 60, verify, lambda s, rng: (0, 0.98, 0.95, 64), seed=1)
+    assert second.figures()["costs_loaded"] == len(saved["verify_s"])
+    assert mode([n for _, n in chosen[20:]]) == best
+    assert second.figures()["explore_steps"] < first.figures()["explore_steps"]  # little left to measure

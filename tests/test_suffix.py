@@ -9,6 +9,7 @@ import pytest
 
 from fakes import ScriptedBackend
 from localspec.drafters import DrafterOptions, make_drafter
+from localspec.drafters.base import match_confidence
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.suffix import SuffixDrafter, SuffixParams
 from localspec.drafters.suffix_store import AnswerStore
@@ -21,61 +22,139 @@ def occurrences(seqs, s):
     return [(q, i) for q in seqs for i in range(len(q) - len(s) + 1) if q[i:i + len(s)] == s]
 
 
-def reference_draft(seqs, ctx, depth, k, min_prob, factor, offset):
-    """The same rule, by brute force: longest suffix of ctx (<= depth - k) that occurs followed by a token; then
-    the most frequent continuation (ties: lower id) while count(s+x)/count(s) keeps the confidence >= min_prob."""
-    k = min(k, depth - 1)
-    m = min(len(ctx), depth - k)
-    while m > 0 and not any(i + m < len(q) for q, i in occurrences(seqs, ctx[len(ctx) - m:])):
+def followed(seqs, s):
+    """Occurrences of s with a token after them."""
+    return [(q, i) for q, i in occurrences(seqs, s) if i + len(s) < len(q)]
+
+
+def longest_followed_suffix(seqs, tokens, max_len):
+    m = min(len(tokens), max_len)
+    while m > 0 and not followed(seqs, tokens[len(tokens) - m:]):
         m -= 1
+    return m
+
+
+def reference_draft(seqs, ctx, depth, k, min_prob, factor, offset):
+    """st_draft's rule by brute force, with occurrence counts of the sequences instead of a trie:
+    m = longest suffix of ctx (<= depth - 1) that occurs followed by a token, budget = min(k, factor*m + offset);
+    start from its suffix of length <= depth - min(budget, depth // 2); take the most frequent continuation (ties:
+    lower id) while the path confidence (count of the continuation / occurrences followed by a token) stays >= min_prob; a string that occurs once is copied from its
+    occurrence to the end of its sequence; at length `depth`, re-match the last <= depth // 2 tokens of ctx + draft.
+    Returns (tokens, confidences, m)."""
+    f32 = np.float32
+    k = min(k, 1024)
+    m = longest_followed_suffix(seqs, ctx, depth - 1)
     if m == 0:
-        return (), 0
-    s = list(ctx[len(ctx) - m:])
-    budget = min(k, int(np.float32(factor) * np.float32(m) + np.float32(offset)))
-    conf, out = np.float32(1.0), []
-    while len(out) < budget and len(s) < depth:
+        return (), (), 0
+    budget = min(k, int(f32(factor) * f32(m) + f32(offset)))
+    start = min(m, depth - min(budget, depth // 2))
+    s = list(ctx[len(ctx) - start:])
+    conf, out, probs = f32(1.0), [], []
+    while len(out) < budget:
+        occ = occurrences(seqs, s)
+        if len(occ) == 1:  # copy the one occurrence's continuation
+            q, i = occ[0]
+            rest = q[i + len(s):i + len(s) + budget - len(out)]
+            out += rest
+            probs += [float(conf)] * len(rest)
+            break
+        if len(s) == depth:  # re-match
+            whole = list(ctx) + out
+            r = longest_followed_suffix(seqs, whole, depth // 2)
+            if r == 0:
+                break
+            s = whole[len(whole) - r:]
+            continue
         nexts = {}
-        for q, i in occurrences(seqs, s):
-            if i + len(s) < len(q):
-                nexts[q[i + len(s)]] = nexts.get(q[i + len(s)], 0) + 1
+        for q, i in followed(seqs, s):
+            nexts[q[i + len(s)]] = nexts.get(q[i + len(s)], 0) + 1
         if not nexts:
             break
         x = min(nexts, key=lambda t: (-nexts[t], t))
-        nxt = np.float32(conf * np.float32(nexts[x]) / np.float32(len(occurrences(seqs, s))))
-        if nxt < np.float32(min_prob):
+        nxt = f32(conf * f32(nexts[x]) / f32(sum(nexts.values())))  # over occurrences followed by a token
+        if nxt < f32(min_prob):
             break
         conf = nxt
         out.append(x)
+        probs.append(float(conf))
         s.append(x)
-    return tuple(out), m
+    return tuple(out), tuple(probs), m
 
 
-def check_against_reference(seqs, queries, depth, k, min_prob, factor=1.0, offset=1.0):
+def build_tree(seqs, depth):
     tree = SuffixTree(depth)
     for q in seqs[:-1]:
         tree.add_sequence(q)
     tree.extend(seqs[-1])  # the last sequence stays open, like the current request
+    return tree
+
+
+def check_against_reference(seqs, queries, depth, k, min_prob, factor=1.0, offset=1.0):
+    tree = build_tree(seqs, depth)
     for ctx in queries:
         got = tree.draft(ctx, k, min_prob, factor, offset)
-        assert (got.tokens, got.match_len) == reference_draft(seqs, ctx, depth, k, min_prob, factor, offset), ctx
+        want = reference_draft(seqs, ctx, depth, k, min_prob, factor, offset)
+        assert (got.tokens, got.probs, got.match_len) == want, ctx
 
 
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", range(60))
 def test_random_sequences_match_brute_force(seed):
     rng = np.random.default_rng(seed)
-    vocab, depth = int(rng.integers(2, 6)), int(rng.integers(3, 10))
-    seqs = [rng.integers(0, vocab, size=int(rng.integers(0, 50))).tolist() for _ in range(int(rng.integers(1, 4)))]
-    queries = [rng.integers(0, vocab, size=int(rng.integers(1, 12))).tolist() for _ in range(8)]
-    check_against_reference(seqs, queries, depth, k=int(rng.integers(1, 9)),
-                            min_prob=float(rng.choice([0.0, 0.1, 0.3])))
+    vocab = int(rng.integers(2, 6))
+    depth = int(rng.choice([3, 4, 5, 7, 8, 9, 16]))
+    seqs = [rng.integers(0, vocab, size=int(rng.integers(0, 80))).tolist() for _ in range(int(rng.integers(1, 4)))]
+    queries = [rng.integers(0, vocab, size=int(rng.integers(1, 20))).tolist() for _ in range(8)]
+    # queries that occur, so that long matches (up to depth - 1) and long drafts happen
+    queries += [q[i:i + int(rng.integers(1, 20))] for q in seqs if q for i in rng.integers(0, len(q), size=3)]
+    check_against_reference(seqs, queries, depth, k=int(rng.choice([1, 4, 8, 16, 24, 63, 64, 70])),
+                            min_prob=float(rng.choice([0.0, 0.1, 0.3, 0.5])),
+                            factor=float(rng.choice([1.0, 2.0, 8.0])), offset=float(rng.choice([-2.0, 0.0, 1.0])))
 
 
-def test_real_text_matches_brute_force():
+@pytest.mark.parametrize("seed", range(12))
+def test_counts_are_exact_up_to_the_trie_depth(seed):
+    # the drafts' confidences and the re-match at depth D rest on these counts, depth D included
+    rng = np.random.default_rng(100 + seed)
+    depth = int(rng.choice([3, 5, 8, 16]))
+    seqs = [rng.integers(0, int(rng.integers(2, 4)), size=int(rng.integers(1, 120))).tolist() for _ in range(3)]
+    tree = build_tree(seqs, depth)
+    patterns = {tuple(q[i:i + n]) for q in seqs for n in range(1, depth + 1) for i in range(len(q) - n + 1)}
+    patterns |= {tuple(rng.integers(0, 4, size=int(rng.integers(1, depth + 1))).tolist()) for _ in range(50)}
+    for s in patterns:
+        assert tree.count(s) == len(occurrences(seqs, list(s))), s
+
+
+def test_periodic_text_drafts_past_the_trie_depth():
+    # every string occurs many times, so each walk hits depth D at a node with counts >= 2 and re-matches
+    rng = np.random.default_rng(3)
+    unit = rng.integers(0, 50, size=11).tolist()
+    seqs = [unit * 9, (unit * 4)[:30]]
+    queries = [(unit * 3)[i:i + 20] for i in range(0, 11)]
+    for depth, k in [(8, 64), (16, 40), (5, 64)]:
+        check_against_reference(seqs, queries, depth, k, min_prob=0.1, factor=8.0, offset=0.0)
+    tree = build_tree(seqs, 8)
+    got = tree.draft(unit * 2, 64, 0.0, 10.0, 0.0)  # a 7-token match, a 64-token draft through 8 re-matches
+    assert got.match_len == 7 and got.tokens == tuple((unit * 8)[:64])
+
+
+@pytest.mark.parametrize("depth, k, factor", [(8, 64, 8.0), (16, 64, 2.0), (64, 24, 1.0), (64, 63, 1.0),
+                                              (64, 64, 2.0), (64, 100, 4.0)])
+def test_real_text_matches_brute_force(depth, k, factor):
     # real structure without a model: UTF-8 bytes of standard-library source as tokens
-    texts = [inspect.getsource(f).encode()[:400] for f in (textwrap.dedent, json.dumps, inspect.getdoc)]
-    seqs = [list(t) for t in texts]
-    queries = [list(t[i:i + 9]) for t in texts for i in range(0, 380, 37)]
-    check_against_reference(seqs, queries, depth=16, k=8, min_prob=0.1)
+    texts = [inspect.getsource(f).encode()[:500] for f in (textwrap.dedent, json.dumps, inspect.getdoc)]
+    seqs = [list(t) for t in texts] + [list(texts[0][:300])]  # a partial repeat, like an edit in progress
+    queries = [list(t[i:i + 70]) for t in texts for i in range(0, 420, 53)]
+    check_against_reference(seqs, queries, depth=depth, k=k, min_prob=0.1, factor=factor, offset=-2.0)
+
+
+def test_long_drafts_do_not_collapse():
+    # a 64-token copy after a 63-token match: with the old cap (match <= depth - k) nothing was drafted at k >= 63
+    text = list(range(100, 300))
+    tree = SuffixTree(64)
+    tree.add_sequence(text)
+    for k in (8, 24, 48, 63, 64, 120):
+        got = tree.draft(text[:100], k, 0.5, 2.0, -2.0)
+        assert got.match_len == 63 and got.tokens == tuple(text[100:100 + k]), k
 
 
 def test_growing_the_open_sequence_token_by_token():
@@ -88,7 +167,7 @@ def test_growing_the_open_sequence_token_by_token():
         tree.extend([token])
         current.append(token)
         got = tree.draft(current, 6, 0.0, 2.0, 0.0)
-        assert (got.tokens, got.match_len) == reference_draft([old, current], current, 7, 6, 0.0, 2.0, 0.0)
+        assert (got.tokens, got.probs, got.match_len) == reference_draft([old, current], current, 7, 6, 0.0, 2.0, 0.0)
 
 
 def test_no_draft_crosses_a_sequence_boundary():
@@ -185,6 +264,19 @@ def test_simulator_on_fixed_sequences():
     assert stats.mean_accepted_length > 2.0 and stats.acceptance_rate > 0.8
     plain = simulate(NgramDrafter(5, 6), [(prompt, [20, 21, 22])], k=4)
     assert plain.accepted == 0 and plain.steps == 3
+
+
+def test_draft_confidence_is_path_confidence_times_match_confidence():
+    drafter = SuffixDrafter(SuffixParams(max_spec_factor=4.0, min_token_prob=0.5), None)
+    prompt = [1, 2, 3, 4, 5, 9, 1, 2, 3, 4, 6, 1, 2, 3, 4, 5, 9, 8, 1, 2, 3]
+    drafter.begin(prompt)
+    draft = drafter.propose(prompt, 8)
+    # "1 2 3" occurs 4 times, the 3 followed by a token all by 4 (the context's own end says nothing); "1 2 3 4"
+    # is followed by 5 twice and by 6 once; "1 2 3 4 5 9" by 1 once and 8 once (confidence 1/3: stop)
+    tree = drafter.local_tree.draft(prompt, 8, 0.5, 4.0, -2.0)
+    assert draft.tokens == tree.tokens == (4, 5, 9) and tree.match_len == 3
+    assert tree.probs == pytest.approx((1.0, 2 / 3, 2 / 3))
+    assert draft.confidence == tuple(p * match_confidence(3) for p in tree.probs)
 
 
 def test_bad_suffix_settings_are_named():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from localspec.chat_template import render_chat
@@ -111,6 +112,23 @@ class Backend:
         raise NotImplementedError
 
     # -- resources ------------------------------------------------------------------------------------
+    def build_id(self) -> str:
+        """What besides the model file decides a forward's cost: library version, device, dtype, threads."""
+        return ""
+
+    def cost_key(self) -> Optional[str]:
+        """Identifies what verify windows cost on this machine (the controller's curve is kept per key):
+        the model file (path, size, mtime), the backend and its build. None: nothing to key it by."""
+        path = getattr(self, "path", None)
+        try:
+            stat = Path(path).stat() if path is not None else None
+        except OSError:
+            return None
+        if stat is None:
+            return None
+        return (f"{self.name}|{Path(path).resolve()}|{stat.st_size}|{int(stat.st_mtime)}|{self.build_id()}|"
+                f"ctx {self.n_ctx}")
+
     def memory_bytes(self) -> int:
         return 0
 

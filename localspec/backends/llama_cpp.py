@@ -91,7 +91,7 @@ class LlamaCppBackend(Backend):
         lib = self._lib = _lib()
         self._model = self._ctx = self._batch = None
         mparams = lib.llama_model_default_params()
-        mparams.n_gpu_layers = n_gpu_layers
+        mparams.n_gpu_layers = self._gpu_layers = n_gpu_layers
         mparams.vocab_only = vocab_only
         if extra_buffers is not None:
             mparams.use_extra_bufts = extra_buffers
@@ -112,7 +112,7 @@ class LlamaCppBackend(Backend):
         self._vocab = lib.llama_model_get_vocab(self._model)
         self.vocab_size = lib.llama_vocab_n_tokens(self._vocab)
         train_ctx = lib.llama_model_n_ctx_train(self._model)
-        self.n_ctx = n_ctx or min(train_ctx, DEFAULT_CTX)
+        self.n_ctx = n_ctx or min(train_ctx, DEFAULT_CTX) or DEFAULT_CTX  # a vocab-only load reads train_ctx 0
         if self.n_ctx < 16:
             raise ConfigError(f"--ctx must be at least 16, got {self.n_ctx}")
         threads = n_threads or os.cpu_count() or 1
@@ -242,6 +242,12 @@ class LlamaCppBackend(Backend):
         self._tokens.extend(int(t) for t in tokens)
 
     # -- resources ------------------------------------------------------------------------------------
+    def build_id(self) -> str:
+        lib = self._lib
+        info = lib.llama_print_system_info().decode(errors="replace")
+        return (f"llama-cpp-python {getattr(lib, '__version__', '?')} [{info.strip()}] threads {self.n_threads} "
+                f"gpu_layers {self._gpu_layers} batch {self.n_batch}")
+
     def memory_bytes(self) -> int:
         return int(self._lib.llama_model_size(self._model)) if self._model else 0
 

@@ -154,6 +154,10 @@ class MlxBackend(ModelBackend):
         self._tokens.extend(int(t) for t in tokens)
         return out
 
+    def build_id(self) -> str:
+        import importlib.metadata as meta
+        return f"mlx {meta.version('mlx')} mlx-lm {meta.version('mlx-lm')} {_mlx().default_device()}"
+
     def memory_bytes(self) -> int:
         from mlx.utils import tree_flatten
         params = sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))

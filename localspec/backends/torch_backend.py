@@ -144,6 +144,10 @@ class TorchBackend(ModelBackend):
         self._tokens.extend(int(t) for t in tokens)
         return out
 
+    def build_id(self) -> str:
+        torch = _torch()
+        return f"torch {torch.__version__} {self.device} {self.dtype} threads {torch.get_num_threads()}"
+
     def memory_bytes(self) -> int:
         model = self.model
         params = sum(p.numel() * p.element_size() for p in model.parameters())

@@ -8,6 +8,8 @@
  * Lazy leaves keep memory low: a node with count 1 has no children; its one occurrence continues in the
  * corpus at v.pos. A node with count >= 2 has a child for every continuation of its occurrences (up to
  * max_depth). When a second occurrence reaches a lazy leaf, the first one is pushed one level down.
+ * Counts are exact at every depth up to max_depth; nodes at max_depth have no children (st_draft
+ * re-matches there).
  *
  * Appending a token extends the suffixes that start in the last max_depth positions. Each suffix keeps
  * the deepest node known on its path ("active"), so an append walks O(1) levels per suffix on average.
@@ -181,63 +183,101 @@ static int walk(const Tree *t, const int32_t *pattern, int32_t m, int32_t *node,
     return t->nodes[v].child != NONE;
 }
 
+/* The longest suffix of the n tokens before `end`, of length <= max_len, that occurs followed by some
+ * token (0: none); node, depth and corpus_pos as walk() leaves them for it. If a suffix occurs followed by
+ * a token, so does every shorter one, so the length is found by binary search. */
+static int32_t longest_match(const Tree *t, const int32_t *end, int32_t n, int32_t max_len, int32_t *node,
+                             int32_t *depth, int64_t *corpus_pos) {
+    int32_t lo = 0, hi = n < max_len ? n : max_len;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo + 1) / 2;
+        if (walk(t, end - mid, mid, node, depth, corpus_pos)) lo = mid;
+        else hi = mid - 1;
+    }
+    if (lo > 0) walk(t, end - lo, lo, node, depth, corpus_pos);
+    return lo;
+}
+
 /*
- * Draft after `ctx`: find the longest suffix of ctx (length <= max_depth - max_tokens, so that a full draft
- * fits in the trie) that occurs followed by some token, then grow
- * greedily by path confidence D(child) = D(parent) * count(child) / count(parent) (ties: lower token
- * id), while D >= min_prob, up to `budget(match) = min(max_tokens, floor(factor * match + offset))`
- * tokens and depth max_depth. A lazy leaf continues in the corpus with unchanged confidence.
+ * Draft after `ctx` (out_tokens and out_probs hold max_tokens entries):
+ * 1. m = the longest suffix of ctx (length <= D - 1) that occurs followed by some token; it is the
+ *    reported match length and sets budget = min(max_tokens, floor(factor * m + offset)).
+ * 2. The draft starts from the suffix of length min(m, D - min(budget, D / 2)): a long match leaves the
+ *    draft room in the trie, but keeps at least D - D / 2 of its tokens (a longer draft re-matches).
+ * 3. It grows greedily by path confidence C(child) = C(parent) * count(child) / followed(parent) (ties:
+ *    lower token id) while C >= min_prob, where followed(parent) counts the parent's occurrences that have a
+ *    token after them: the context's own end (and a sequence's last tokens) say nothing about what follows,
+ *    so text seen once before is copied with confidence 1, not 1/2. A string that occurs once (a lazy leaf) continues in the corpus with
+ *    unchanged confidence, to any depth, up to the end of its sequence.
+ * 4. At depth D, a string that occurred twice or more has no children in the trie: the draft re-matches
+ *    the longest suffix of (ctx + draft) of length <= D / 2 that occurs followed by a token and goes on
+ *    from there, its confidence carried over; without such a match it stops.
  * Writes tokens and confidences; returns the draft length and stores the match length.
  */
 int32_t st_draft(const Tree *t, const int32_t *ctx, int32_t n_ctx, int32_t max_tokens, float min_prob,
                  float factor, float offset, int32_t *out_tokens, float *out_probs, int32_t *match_len) {
-    int32_t D = t->max_depth;
-    if (max_tokens > D - 1) max_tokens = D - 1;
-    int32_t m = n_ctx < D - max_tokens ? n_ctx : D - max_tokens; /* leave the draft room in the trie */
-    int32_t v = 0, d = 0;
+    int32_t D = t->max_depth, v = 0, d = 0;
     int64_t p = -1;
-    /* If a suffix of ctx occurs followed by a token, so does every shorter one: binary search the length. */
-    int32_t lo = 0, hi = m;
-    while (lo < hi) {
-        int32_t mid = lo + (hi - lo + 1) / 2;
-        if (walk(t, ctx + n_ctx - mid, mid, &v, &d, &p)) lo = mid;
-        else hi = mid - 1;
-    }
-    m = lo;
+    int32_t m = longest_match(t, ctx + n_ctx, n_ctx, D - 1, &v, &d, &p);
     *match_len = m;
-    if (m == 0 || !walk(t, ctx + n_ctx - m, m, &v, &d, &p)) return 0;
+    if (m == 0) return 0;
     int32_t budget = (int32_t)(factor * (float)m + offset);
     if (budget > max_tokens) budget = max_tokens;
+    if (budget <= 0) return 0;
+    int32_t room = budget < D / 2 ? budget : D / 2;
+    if (m > D - room) walk(t, ctx + n_ctx - (D - room), D - room, &v, &d, &p); /* a shorter suffix matches too */
     float conf = 1.0f;
     int32_t n = 0;
-    while (n < budget && d < D) {
+    while (n < budget) {
         int32_t token;
         if (p >= 0) { /* one occurrence: follow the corpus */
             if (p >= t->n_corpus || t->corpus[p] == SEP) break;
             token = t->corpus[p++];
+        } else if (d == D) {
+            /* Re-match. The suffix lies within the draft: from the start (depth <= D - room) depth D takes
+             * room draft tokens, and room < D / 2 means room == budget, which ends the draft first; after a
+             * re-match (depth <= D / 2) it takes D - D / 2 more. */
+            if (longest_match(t, out_tokens + n, n, D / 2, &v, &d, &p) == 0) break;
+            continue;
         } else {
             int32_t best = NONE;
+            int64_t followed = 0; /* occurrences with a token after them (not the context's own end) */
             for (int32_t c = t->nodes[v].child; c != NONE; c = t->nodes[c].sibling) {
                 const Node *x = &t->nodes[c];
+                followed += x->count;
                 if (best == NONE || x->count > t->nodes[best].count ||
                     (x->count == t->nodes[best].count && x->token < t->nodes[best].token))
                     best = c;
             }
             if (best == NONE) break;
-            float next = conf * (float)t->nodes[best].count / (float)t->nodes[v].count;
+            float next = conf * (float)t->nodes[best].count / (float)followed;
             if (next < min_prob) break;
             conf = next;
             v = best;
+            d++;
             token = t->nodes[v].token;
             if (t->nodes[v].count == 1 && t->nodes[v].child == NONE) p = t->nodes[v].pos;
         }
-        if (conf < min_prob) break;
         out_tokens[n] = token;
         out_probs[n] = conf;
         n++;
-        d++;
     }
     return n;
+}
+
+/* How often `pattern` (m <= max_depth tokens) occurs, from the trie's counts and lazy leaves (for tests). */
+int64_t st_count(const Tree *t, const int32_t *pattern, int32_t m) {
+    int32_t v = 0;
+    for (int32_t d = 0; d < m; d++) {
+        const Node *x = &t->nodes[v];
+        if (v != 0 && x->count == 1 && x->child == NONE) { /* one occurrence: compare the rest */
+            for (int64_t p = x->pos; d < m; d++, p++)
+                if (p >= t->n_corpus || t->corpus[p] != pattern[d]) return 0;
+            return 1;
+        }
+        if ((v = child_of(t, v, pattern[d])) == NONE) return 0;
+    }
+    return t->nodes[v].count;
 }
 
 int64_t st_n_nodes(const Tree *t) { return t->n_nodes; }

@@ -14,6 +14,13 @@ from localspec.sampling import SamplingParams
 from localspec.types import EMPTY_DRAFT, Draft, Verdict
 
 
+def match_confidence(match_len: int) -> float:
+    """The confidence a copy drafter (n-gram, suffix) gives the tokens after a match of ``match_len``
+    tokens: a longer match is stronger evidence that the text goes on as it did before. It only has to
+    rank matches; the controller learns what each confidence level is really worth."""
+    return match_len / (match_len + 4)
+
+
 class Drafter:
     name = "none"
     needs_hidden_states = False

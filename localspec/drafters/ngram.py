@@ -1,7 +1,12 @@
 """Prompt lookup (n-gram) drafting: if the last n tokens occurred before in the prompt or the answer so
-far, propose the tokens that followed them then. The longest n in [n_min, n_max] wins; among equal n,
-the most recent occurrence. An index from n-gram to the position after its latest occurrence is kept
-up to date incrementally, so a step costs O(n_max) dictionary look-ups, not a scan of the context.
+far, propose the tokens that followed them then, up to the end of the context. The longest n in
+[n_min, n_max] wins; among equal n, the most recent occurrence. An index from n-gram to the position after
+its latest occurrence is kept up to date incrementally, so a step costs O(n_max) dictionary look-ups, not a
+scan of the context.
+
+The index only knows n <= n_max; the real match is often much longer (a copied line, a function being
+edited). It is measured by comparing backwards from the occurrence, up to MAX_MATCH tokens, and sets the
+confidence of every proposed token (match_confidence), so the controller can verify a long copy whole.
 """
 from __future__ import annotations
 
@@ -9,9 +14,19 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from localspec.drafters.base import Drafter
+from localspec.drafters.base import Drafter, match_confidence
 from localspec.errors import ConfigError
 from localspec.types import EMPTY_DRAFT, Draft
+
+MAX_MATCH = 64  # the backwards comparison stops here: O(64) per step, and longer is hardly more certain
+
+
+def match_length(context: Sequence[int], start: int, n: int) -> int:
+    """How many tokens before ``start`` equal the context's last ones, given that n of them do (<= MAX_MATCH)."""
+    length, end = n, len(context)
+    while length < MAX_MATCH and start - length > 0 and context[start - length - 1] == context[end - length - 1]:
+        length += 1
+    return length
 
 
 class NgramDrafter(Drafter):
@@ -44,9 +59,11 @@ class NgramDrafter(Drafter):
         for n in range(min(self.n_max, len(context) - 1), self.n_min - 1, -1):
             start = self._index.get(tuple(context[-n:]))
             if start is not None:
+                length = match_length(context, start, n)
                 self._matches += 1
-                self._match_len_sum += n
-                return Draft.chain(context[start:start + max_tokens])
+                self._match_len_sum += length
+                tokens = context[start:start + max_tokens]
+                return Draft.chain(tokens, confidence=[match_confidence(length)] * len(tokens))
         return EMPTY_DRAFT
 
     def figures(self) -> dict:

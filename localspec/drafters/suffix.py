@@ -4,7 +4,8 @@ Two trees: one over this request (prompt + answer so far), one over earlier assi
 and earlier chats, persisted per tokenizer). Each step both propose a draft grown greedily by path
 confidence from the longest match of the recent context; the draft with the higher score (sum of
 confidences, the expected number of accepted tokens) wins. The draft length also scales with the match
-length: budget = min(K, max_spec_factor * match_len + max_spec_offset).
+length: budget = min(K, max_spec_factor * match_len + max_spec_offset). Each token's confidence is its path
+confidence times match_confidence(match length), which the controller trims the draft by.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from localspec.drafters.base import Drafter
+from localspec.drafters.base import Drafter, match_confidence
 from localspec.drafters.suffix_store import AnswerStore
 from localspec.drafters.suffix_tree import SuffixTree, TreeDraft
 from localspec.errors import ConfigError
@@ -23,13 +24,17 @@ from localspec.types import EMPTY_DRAFT, Draft, Verdict
 
 @dataclass(frozen=True)
 class SuffixParams:
-    # Defaults chosen with `localspec simulate --cost-curve` on Qwen2.5-Coder-1.5B on a 2-core CPU, where
-    # verifying k tokens costs far more than one (k=4: 2.8x): a match must be 3+ tokens long before anything
-    # is drafted (offset -2), and a draft stops where its path confidence drops below 0.5. Arctic's GPU
-    # defaults (0.1 and 0) draft more eagerly, which pays only where verification is nearly free.
+    # A draft stops where its path confidence drops below 0.5 (0.3 or Arctic's 0.1 gained only 2-4% tokens
+    # per step in the replay below, with more of the extra tokens rejected). The budget is 4 x match length - 2: the controller trims every proposal by its
+    # confidence (path confidence x match_confidence), and a larger budget only extends the same greedy
+    # chain, so proposing more costs drafting time alone (microseconds) and lets long copies be verified
+    # whole. benchmarks/suffix_replay.py (perfect oracle, K=64, tokens per step for factor 4 / 2 / the former
+    # 1): constructed code edits 10.9 / 9.7 / 7.4, Qwen2.5-Coder-1.5B's recorded code edits 5.6 / 5.0 / 4.1,
+    # its JSON answer 3.5 / 2.7 / 2.1; factor 8 adds only ~6% more, in tokens of low confidence. Offset -2
+    # still keeps a 1-token match to a 2-token draft.
     max_depth: int = 64
     min_token_prob: float = 0.5
-    max_spec_factor: float = 1.0
+    max_spec_factor: float = 4.0
     max_spec_offset: float = -2.0
     cache_tokens: int = 200_000  # bound of the global cache (0: no global cache)
 
@@ -96,7 +101,8 @@ class SuffixDrafter(Drafter):
         self._match_sum += best.match_len
         if best.tokens:
             self._wins[winner] += 1
-        return Draft.chain(best.tokens)
+        weight = match_confidence(best.match_len)
+        return Draft.chain(best.tokens, confidence=[p * weight for p in best.probs])
 
     def observe(self, verdict: Verdict) -> None:
         self._answer.extend(verdict.tokens)

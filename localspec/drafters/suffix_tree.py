@@ -5,11 +5,12 @@ import ctypes
 import importlib.util
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
 SEP = -1
+MAX_DRAFT = 1024  # size of the draft output buffers
 _I32P = ctypes.POINTER(ctypes.c_int32)
 _F32P = ctypes.POINTER(ctypes.c_float)
 
@@ -19,7 +20,12 @@ def _lib():
     spec = importlib.util.find_spec("localspec.drafters._suffixtree")
     if spec is None or not spec.origin:
         raise ImportError("localspec's compiled suffix tree is missing: reinstall localspec (pip install -e .)")
-    lib = ctypes.CDLL(spec.origin)
+    return load_library(spec.origin)
+
+
+def load_library(path: str) -> ctypes.CDLL:
+    """The trie's C functions from a compiled ``_suffixtree`` (another build can be compared with it)."""
+    lib = ctypes.CDLL(path)
     lib.st_new.restype = ctypes.c_void_p
     lib.st_new.argtypes = [ctypes.c_int32]
     lib.st_free.argtypes = [ctypes.c_void_p]
@@ -28,6 +34,9 @@ def _lib():
     lib.st_draft.restype = ctypes.c_int32
     lib.st_draft.argtypes = [ctypes.c_void_p, _I32P, ctypes.c_int32, ctypes.c_int32, ctypes.c_float,
                              ctypes.c_float, ctypes.c_float, _I32P, _F32P, _I32P]
+    if hasattr(lib, "st_count"):  # builds before it had no st_count
+        lib.st_count.restype = ctypes.c_int64
+        lib.st_count.argtypes = [ctypes.c_void_p, _I32P, ctypes.c_int32]
     for name in ("st_n_nodes", "st_n_tokens", "st_memory"):
         getattr(lib, name).restype = ctypes.c_int64
         getattr(lib, name).argtypes = [ctypes.c_void_p]
@@ -49,16 +58,16 @@ class TreeDraft:
 class SuffixTree:
     """A depth-limited suffix trie with occurrence counts over token sequences."""
 
-    def __init__(self, max_depth: int = 64) -> None:
+    def __init__(self, max_depth: int = 64, lib: Optional[ctypes.CDLL] = None) -> None:
         if max_depth < 2:
             raise ValueError("max_depth must be at least 2")
         self.max_depth = max_depth
-        self._lib = _lib()
+        self._lib = lib or _lib()
         self._tree = self._lib.st_new(max_depth)
         if not self._tree:
             raise MemoryError("could not allocate a suffix tree")
-        self._out_tokens = (ctypes.c_int32 * 1024)()
-        self._out_probs = (ctypes.c_float * 1024)()
+        self._out_tokens = (ctypes.c_int32 * MAX_DRAFT)()
+        self._out_probs = (ctypes.c_float * MAX_DRAFT)()
         self._match = ctypes.c_int32()
 
     def extend(self, tokens: Iterable[int]) -> None:
@@ -79,11 +88,20 @@ class SuffixTree:
 
     def draft(self, context: Sequence[int], max_tokens: int, min_prob: float = 0.1, factor: float = 1.0,
               offset: float = 0.0) -> TreeDraft:
+        """A draft of up to ``max_tokens`` (at most MAX_DRAFT) after ``context``; the rule is st_draft's in
+        _suffixtree.c. Matches are at most max_depth - 1 tokens long, so only the context's tail is passed."""
         tail = np.ascontiguousarray(context[-(self.max_depth - 1):], dtype=np.int32)
-        n = self._lib.st_draft(self._tree, tail.ctypes.data_as(_I32P), len(tail), min(max_tokens, 1024),
+        n = self._lib.st_draft(self._tree, tail.ctypes.data_as(_I32P), len(tail), min(max_tokens, MAX_DRAFT),
                                min_prob, factor, offset, self._out_tokens, self._out_probs,
                                ctypes.byref(self._match))
         return TreeDraft(tuple(self._out_tokens[:n]), tuple(self._out_probs[:n]), self._match.value)
+
+    def count(self, pattern: Sequence[int]) -> int:
+        """Occurrences of ``pattern`` (at most max_depth tokens) as the trie counts them."""
+        if not 0 < len(pattern) <= self.max_depth:
+            raise ValueError(f"pattern length must be in 1..{self.max_depth}")
+        pattern = np.ascontiguousarray(pattern, dtype=np.int32)
+        return self._lib.st_count(self._tree, pattern.ctypes.data_as(_I32P), len(pattern))
 
     @property
     def n_tokens(self) -> int:

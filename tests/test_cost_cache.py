@@ -1,0 +1,68 @@
+"""The controller's verify-cost curve on disk: kept per machine/model key, reused by the next session,
+a damaged file ignored with a warning."""
+import json
+
+from fakes import ScriptedBackend
+from localspec.chat import Conversation
+from localspec.cost_cache import CostCache
+from localspec.drafters.ngram import NgramDrafter
+from localspec.sampling import SamplingParams
+from localspec.session import Session
+from localspec.speclen import AdaptiveK
+
+COSTS = {"verify_s": {"1": 0.05, "9": 0.3}, "count": {"1": 40, "9": 3}}
+
+
+def test_round_trip_and_one_file_per_key(tmp_path):
+    a, b = CostCache("llama.cpp|model|threads 2", tmp_path), CostCache("llama.cpp|model|threads 4", tmp_path)
+    a.save(COSTS)
+    assert a.load() == COSTS
+    assert b.load() == {} and a.path != b.path  # another thread count is another machine
+    assert CostCache(None, tmp_path).load() == {}  # a backend without a key keeps nothing
+
+
+def test_a_damaged_file_is_ignored_with_a_warning_and_replaced(tmp_path, capsys):
+    cache = CostCache("key", tmp_path)
+    cache.save(COSTS)
+    cache.path.write_text('{"version": 1, "key": "key", "costs": {"verify_s": {"1": -3}}}')
+    assert cache.load() == {}
+    cache.path.write_text("{not json")
+    assert cache.load() == {}
+    assert "damaged cost cache" in capsys.readouterr().err
+    cache.save(COSTS)
+    assert json.loads(cache.path.read_text())["costs"] == COSTS
+
+
+def test_loaded_costs_count_as_measured_but_yield_to_new_timings():
+    ctl = AdaptiveK()
+    ctl.load_costs(COSTS)
+    assert ctl.verify_cost(9) == 0.3 and ctl.figures()["costs_loaded"] == 2
+    for _ in range(10):  # the machine is slower now (another process, a different power state)
+        ctl.record(8, 8, list(range(9)), 0.0, 0.6, 0.6)
+    assert ctl.verify_cost(9) > 0.55
+
+
+def test_a_session_saves_its_curve_after_each_turn_and_the_next_one_starts_from_it(tmp_path):
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    backend = ScriptedBackend(vocab_size=20)
+    backend.path = model  # what a real backend keys its curve by
+    key = backend.cost_key()
+    assert key is not None and str(model) in key
+
+    def session():
+        s = Session(backend, NgramDrafter(), SamplingParams(temperature=0), "scripted", max_tokens=40)
+        s.costs = CostCache(key, tmp_path)
+        s.speclen = s.new_policy("auto")
+        return s
+
+    first = session()
+    conv = Conversation()
+    conv.add("user", "hello")
+    events = first.answer(conv)
+    next(events)
+    events.close()  # an interrupted turn still saves what it measured
+    saved = first.costs.load()
+    assert saved["verify_s"]
+    second = session()
+    assert second.speclen.figures()["costs_loaded"] == len(saved["verify_s"])

@@ -117,6 +117,7 @@ class AdaptiveK:
         self._curve_age = 0
         self._overhead: Optional[float] = None  # per-step seconds outside draft and verify
         self._loaded = 0  # window sizes whose cost came from an earlier session
+        self._stale: set[int] = set()  # loaded sizes, until the first timing of this session rescales them
         self._budget = 0.0  # seconds exploration may still lose
         self._explored, self._explore_spent = 0, 0.0
         self.reset_drafter()
@@ -362,6 +363,8 @@ class AdaptiveK:
         self._flush_observations()
 
     def _time_window(self, n: int, seconds: float) -> None:
+        if n in self._stale:
+            self._rescale_loaded(seconds / self._verify[n])
         count = self._verify_n[n] = self._verify_n.get(n, 0) + 1
         old = self._verify.get(n, seconds)
         if count > 3:
@@ -423,7 +426,18 @@ class AdaptiveK:
             n, count = int(key), int(saved.get("count", {}).get(key, 1))
             if n not in self._verify and seconds > 0:
                 self._verify[n], self._verify_n[n] = float(seconds), min(count, MEASURED)
+                self._stale.add(n)
                 self._loaded += 1
+        self._curve = None
+
+    def _rescale_loaded(self, ratio: float) -> None:
+        """The first new timing of a loaded size: the machine may be busier or idler than when the curve was
+        saved. Its shape is kept, its level follows: every size not timed again yet is scaled by the ratio
+        (bounded, one timing is noisy), so a window that looked dear under load is not ruled out for good."""
+        ratio = min(max(ratio, 0.5), 2.0)
+        for m in self._stale:
+            self._verify[m] *= ratio
+        self._stale.clear()
         self._curve = None
 
     def figures(self) -> dict:

@@ -66,3 +66,12 @@ def test_a_session_saves_its_curve_after_each_turn_and_the_next_one_starts_from_
     assert saved["verify_s"]
     second = session()
     assert second.speclen.figures()["costs_loaded"] == len(saved["verify_s"])
+
+
+def test_a_curve_saved_on_a_busier_machine_is_rescaled_by_the_first_new_timing():
+    ctl = AdaptiveK()
+    ctl.load_costs({"verify_s": {"1": 0.10, "9": 0.60, "17": 0.80}, "count": {"1": 9, "9": 9, "17": 9}})
+    ctl.record(0, 0, [1], 0.0, 0.05, 0.05)  # one step now takes half what it took then
+    assert abs(ctl.verify_cost(17) - 0.40) < 1e-9 and abs(ctl.verify_cost(9) - 0.30) < 1e-9
+    ctl.record(0, 0, [1], 0.0, 0.05, 0.05)
+    assert abs(ctl.verify_cost(17) - 0.40) < 1e-9  # once: later timings only move their own size

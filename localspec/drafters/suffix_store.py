@@ -20,16 +20,14 @@ from typing import Optional
 
 import numpy as np
 
-from localspec.fileio import atomic_write
+from localspec.fileio import atomic_write, cache_root
 
 MAGIC = b"LOCALSPEC-SUFFIX-CACHE\n"
 VERSION = 1
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("LOCALSPEC_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "localspec")
-    return Path(base) / "suffix"
+    return cache_root() / "suffix"
 
 
 class AnswerStore:

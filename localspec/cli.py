@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--model", "-m", help="a model name from models.toml or a path to a .gguf file "
                                          "(default: the registry's default, SmolLM2-135M)")
     g.add_argument("--ctx", type=int, help="context length in tokens (default: the model's, at most 4096)")
-    g.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    g.add_argument("--threads", type=int, help="CPU threads (default: physical performance cores this process may use)")
     g.add_argument("--backend", choices=["llama.cpp", "torch", "mlx"],
                    help="llama.cpp (GGUF on CPU/GPU), torch (a GGUF or Hugging Face folder; CUDA when present) or "
                         "mlx (an MLX folder; Apple silicon). Default: mlx on Apple silicon when the model has an "
@@ -121,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seq-len", type=int, default=512, help="training window in tokens (512)")
     train.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (1e-3, cosine schedule)")
     train.add_argument("--max-corpus-tokens", type=int, default=0, help="use at most this many tokens (0: all)")
-    train.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    train.add_argument("--threads", type=int,
+                       help="CPU threads (default: physical performance cores this process may use)")
     train.add_argument("--seed", type=int, help="initialisation and data order")
 
     chat = sub.add_parser("chat", parents=[common], help="multi-turn chat")

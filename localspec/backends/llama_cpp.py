@@ -15,6 +15,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from localspec.backends.base import Backend, Capabilities, Progress
+from localspec.cpus import default_threads
 from localspec.errors import ConfigError, ContextOverflow, ModelError
 from localspec.types import ForwardOut
 
@@ -115,7 +116,7 @@ class LlamaCppBackend(Backend):
         self.n_ctx = n_ctx or min(train_ctx, DEFAULT_CTX) or DEFAULT_CTX  # a vocab-only load reads train_ctx 0
         if self.n_ctx < 16:
             raise ConfigError(f"--ctx must be at least 16, got {self.n_ctx}")
-        threads = n_threads or os.cpu_count() or 1
+        threads = n_threads or default_threads()
         self.n_threads = threads
         self._init_vocab()
         if vocab_only:

@@ -12,6 +12,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from localspec.backends.base import Backend, Capabilities, ModelBackend
+from localspec.cpus import default_threads
 from localspec.errors import ConfigError, ContextOverflow, ModelError
 from localspec.types import ForwardOut
 
@@ -40,8 +41,8 @@ class TorchBackend(ModelBackend):
             raise ModelError(f"{self.path} not found")
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
-        if n_threads:
-            torch.set_num_threads(n_threads)
+        if n_threads or self.device.type == "cpu":  # on CUDA torch keeps its own: CPU threads hardly matter there
+            torch.set_num_threads(n_threads or default_threads())
         if self.path.is_dir():
             from localspec.backends.torch_hf import load_hf
             self.model, self.tokenizer = load_hf(self.path, self.dtype)

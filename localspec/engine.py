@@ -75,14 +75,14 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
         stats.prefill_s = time.perf_counter() - started
         drafter.use_sampling(sampling)
         drafter.begin(context)
-        policy.begin_turn()
+        policy.begin_turn(drafter.cost_per_token)
         started = time.perf_counter()
         finish = None
         while finish is None:
             # Draft no further than the context can hold and than the answer may still grow.
             t0 = time.perf_counter()
             cap = min(policy.max_k, max_tokens - stats.generated - 1, backend.n_ctx - len(context))
-            k = policy.plan(cap) if cap > 0 else 0
+            k = policy.plan(cap, drafter.catchup_estimate(context)) if cap > 0 else 0
             if k > 0:
                 draft = drafter.propose(context, k, features).cut(k)
             else:

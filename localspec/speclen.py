@@ -28,9 +28,14 @@ Two kinds of drafter are handled differently:
   of the proposal to verify. When it verifies nothing, the proposal is kept as a *shadow* and compared
   with the tokens the target emits next, which for a point-mass draft is an unbiased sample of its
   acceptance (P(target emits x) = p(x) = P(accept x)). So a useless drafter costs a dictionary lookup.
-- costly ones (a draft model) are only run when the plan says they pay. If they could not pay even with
-  every token accepted, they are not run at all; otherwise a probe step now and then (at doubling
-  intervals, reset each turn) keeps the acceptance estimate honest.
+- costly ones (a draft model) are only run when the plan says they pay, and a draft model that has to
+  catch up on the context first (after steps without drafting, or a new prompt) only when the catch-up
+  pays back within PAYBACK_TOKENS tokens. If they could not pay even with every token accepted, they are
+  not run at all; otherwise a probe step now and then keeps the acceptance estimate honest. A probe is
+  paid from the exploration budget, its catch-up included, so a costly drafter that does not pay is fed
+  (nearly) nothing. Before a costly drafter has drafted, its own figure (``Drafter.cost_per_token``,
+  timed at load) stands in for the measured draft cost; a drafter of unknown cost is first asked for a
+  short draft.
 """
 from __future__ import annotations
 
@@ -54,7 +59,8 @@ EXPLORE_SHARE = 0.01  # exploration may lose at most this share of decode time (
 EXPLORE_CAP_S = 1.0  # ...saved up to this many seconds
 EXPLORE_GAIN = 1.25  # and only on a length that would beat the best by this factor were its window one step
 CURVE_EVERY = 16  # timings between rebuilds of the interpolated cost curve
-PROBE_FIRST, PROBE_MAX = 16, 256  # steps between probes of a costly drafter that does not pay
+PAYBACK_TOKENS = 64  # a costly drafter's catch-up must be won back within this many tokens
+PROBE_K = 2  # a probe of a costly drafter that does not pay (yet) drafts this many tokens
 # Confidence buckets (upper edges); a drafter's confidence is in [0, 1] (see Draft.confidence).
 CONFIDENCE_EDGES = (0.2, 0.35, 0.5, 0.6, 0.7, 0.8, 0.87, 0.92, 0.96)
 
@@ -80,10 +86,10 @@ class FixedK:
     def label(self) -> str:
         return f"K={self.max_k}"
 
-    def begin_turn(self) -> None:
+    def begin_turn(self, cost_per_token: Optional[float] = 0.0) -> None:
         pass
 
-    def plan(self, cap: int) -> int:
+    def plan(self, cap: int, catchup_s: float = 0.0) -> int:
         return cap
 
     def trim(self, draft: Draft, draft_s: float) -> int:
@@ -146,14 +152,16 @@ class AdaptiveK:
         self.begin_turn()
         self._chosen: list[int] = []
 
-    def begin_turn(self) -> None:
+    def begin_turn(self, cost_per_token: Optional[float] = 0.0) -> None:
+        """cost_per_token: the drafter's own figure for a drafted token, used until drafting is timed
+        (0: a lookup; None: unknown)."""
+        self._draft_hint = cost_per_token
         # a new turn may be a different kind of text: what the last one taught counts for less
         self._seen = [TURN_CARRY * s for s in self._seen]
         self._hits = [TURN_CARRY * h for h in self._hits]
         self._cseen = [[TURN_CARRY * s for s in row] for row in self._cseen]
         self._chits = [[TURN_CARRY * h for h in row] for row in self._chits]
         self._shadow, self._shadow_pos = None, 0
-        self._probe_every, self._since_probe = PROBE_FIRST, PROBE_FIRST  # probe on the first step
         self._chosen = []
 
     # -- estimates --------------------------------------------------------------------------------------
@@ -226,7 +234,7 @@ class AdaptiveK:
         if j == 0:
             return single * (1 + PRIOR_SLOPE * (n - 1))
         top = known[-1]
-        slope = max((v[top] - single) / (top - 1) if top > 1 else 0.0, MIN_SLOPE * single)
+        slope = max((v[top] - single) / (top - 1) if top > 1 else PRIOR_SLOPE * single, MIN_SLOPE * single)
         return v[top] + slope * (n - top)
 
     def _cost_curve(self) -> list[float]:
@@ -249,7 +257,7 @@ class AdaptiveK:
         """(intercept, slope) of drafting time against k, from the decayed sums."""
         n, sk, skk, st, skt = self._fit
         if n < 0.5:
-            return 0.0, 0.0
+            return 0.0, self._draft_hint or 0.0
         var = skk / n - (sk / n) ** 2
         if var > 1e-9:
             b = (skt / n - sk / n * st / n) / var
@@ -273,33 +281,45 @@ class AdaptiveK:
 
     def _cheap(self, cap: int) -> bool:
         single = self.verify_cost(1)
-        return single is None or self.draft_cost(cap) < CHEAP * single
+        return single is not None and self.draft_cost(cap) < CHEAP * single
 
     # -- the three calls of a step ----------------------------------------------------------------------
-    def plan(self, cap: int) -> int:
-        """How many tokens to ask the drafter for."""
-        self._asked = self._plan(min(cap, self.max_k))
+    def plan(self, cap: int, catchup_s: float = 0.0) -> int:
+        """How many tokens to ask the drafter for; catchup_s: what the drafter would first spend catching
+        up on the context."""
+        self._asked = self._plan(min(cap, self.max_k), catchup_s)
         return self._asked
 
-    def _plan(self, cap: int) -> int:
+    def _plan(self, cap: int, catchup_s: float) -> int:
         if cap <= 0:
             return 0
-        if self._cheap(cap) or not self._verify:
-            return cap  # proposing is (nearly) free, or nothing is measured yet: trim decides
+        if self._fit[0] < 0.5 and self._draft_hint is None:
+            return min(cap, FIRST_WINDOW)  # a drafter of unknown cost: a short first call times it
+        if not self._verify:  # nothing measured yet: trim decides; a costly drafter waits for a plain step
+            return cap if self.draft_cost(cap) == 0.0 else 0
+        if self._cheap(cap):
+            return cap  # proposing is (nearly) free: trim decides
         rates = self.rates(cap)
         best = _argmax(rates)
-        if best > 0:
-            self._probe_every = PROBE_FIRST
+        if best > 0 and (1 / rates[0] - 1 / rates[best]) * PAYBACK_TOKENS >= catchup_s:
             return best
         self._never_pays = max(self.rates(cap, accept_all=True)) <= rates[0]
         if self._never_pays:
             return 0
-        self._since_probe += 1
-        if self._since_probe < self._probe_every:
+        return self._probe(min(cap, PROBE_K), catchup_s)
+
+    def _probe(self, k: int, catchup_s: float) -> int:
+        """A short draft to re-measure acceptance, if what it loses against a plain step should every token
+        be rejected (the catch-up included) fits the exploration budget; else 0."""
+        times = self._times(k, None)
+        loss = catchup_s + max(0.0, times[k] - times[0])
+        if loss > self._budget:
             return 0
-        self._since_probe, self._probe_every = 0, min(PROBE_MAX, self._probe_every * 2)
+        self._budget -= loss
+        self._explored += 1
+        self._explore_spent += loss
         self._probing = True
-        return min(cap, 2)
+        return k
 
     def trim(self, draft: Draft, draft_s: float) -> int:
         """How much of the proposal to verify, its drafting time already spent."""

@@ -8,3 +8,16 @@ import tempfile
 # Tests never read or write the user's caches (suffix answers, measured cost curves): one scratch root for
 # the whole run, unless a test points LOCALSPEC_CACHE elsewhere itself.
 os.environ.setdefault("LOCALSPEC_CACHE", tempfile.mkdtemp(prefix="localspec-test-cache-"))
+
+import time  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def virtual_clock(monkeypatch):
+    """time.perf_counter reads a VirtualClock for the test: only timed fakes move it."""
+    from fakes import VirtualClock
+    clock = VirtualClock()
+    monkeypatch.setattr(time, "perf_counter", clock)
+    return clock

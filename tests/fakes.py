@@ -148,3 +148,38 @@ class TreeDrafter(Drafter):
                     nxt.append(len(tokens) - 1)
             level = nxt
         return Draft(tuple(tokens), tuple(parents))
+
+
+class VirtualClock:
+    """Stands in for time.perf_counter in a test: time passes only when a timed fake says so, so a
+    simulated machine's costs are exact and the controller's decisions repeatable."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class TimedBackend(ScriptedBackend):
+    """ScriptedBackend on a simulated machine: a forward of n positions takes window(n) seconds and a
+    prefill prefill_per_token seconds a token, on a VirtualClock."""
+
+    def __init__(self, clock: VirtualClock, window, prefill_per_token: float, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.clock, self.window, self.prefill_per_token = clock, window, prefill_per_token
+
+    def prefill(self, tokens, progress=None) -> None:
+        self.clock.advance(self.prefill_per_token * len(tokens))
+        super().prefill(tokens, progress)
+
+    def forward(self, tokens, return_hidden: bool = False) -> ForwardOut:
+        self.clock.advance(self.window(len(tokens)))
+        return super().forward(tokens, return_hidden)
+
+    def fed(self) -> int:
+        """Tokens fed so far, by prefill and forward."""
+        return sum(self.prefilled) + sum(self.forward_calls)

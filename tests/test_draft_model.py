@@ -1,12 +1,14 @@
 """The draft-model drafter on scripted models: exact greedy output, its own cache kept in step with the
 target's context without re-prefilling, and the rejection rule against exact matching."""
 import numpy as np
+import pytest
 
-from fakes import ScriptedBackend
+from fakes import ScriptedBackend, TimedBackend
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.engine import generate
 from localspec.sampling import SamplingParams
+from localspec.speclen import AdaptiveK
 
 GREEDY = SamplingParams(temperature=0)
 V = 16
@@ -14,7 +16,10 @@ V = 16
 
 def drafter_for(seed, target_vocab=V, draft_vocab=V, scale=2.0):
     draft = ScriptedBackend(vocab_size=draft_vocab, scale=scale, seed=seed)
-    return DraftModelDrafter(draft, min(draft_vocab, target_vocab), target_vocab, seed=1), draft
+    drafter = DraftModelDrafter(draft, min(draft_vocab, target_vocab), target_vocab, seed=1)
+    draft.prefilled.clear()  # what it was fed to time it at load
+    draft.forward_calls.clear()
+    return drafter, draft
 
 
 def test_greedy_output_is_the_targets_whatever_the_draft_model():
@@ -63,3 +68,62 @@ def test_padding_ids_of_a_bigger_vocabulary_are_never_drafted():
     out = generate(target, drafter, [1, 2, 3], sampling, max_tokens=200, draft_tokens=4,
                    rng=np.random.default_rng(1))
     assert max(out.tokens) < V and out.stats.drafted > 0
+
+
+def machine(step_s, shape):
+    """A forward's cost on a simulated machine: step_s times the shape, linear between its points."""
+    points = sorted(shape.items())
+
+    def window(n):
+        for (a, ca), (b, cb) in zip(points, points[1:]):
+            if n <= b:
+                return step_s * (ca + (cb - ca) * (n - a) / (b - a))
+        return step_s * points[-1][1]
+    return window
+
+
+# this project's 2-core CPU (Qwen 1.5B: k=4 2.5x, k=8 5.5x, k=16 6.8x a step) and a GPU (a window ~ a step)
+CPU_SHAPE = {1: 1.0, 2: 1.6, 3: 2.1, 5: 2.5, 9: 5.5, 17: 6.8, 65: 20.0}
+GPU_SHAPE = {1: 1.0, 65: 1.64}
+
+
+def timed_turn(clock, target_step, draft_step, draft_prefill, shape, draft_seed, drafter_name="draft",
+               known_costs=True):
+    """One 300-token answer to a 200-token prompt on a simulated machine: (completion, seconds of prefill
+    and decode, the draft model). known_costs: the controller starts from the machine's verify-cost curve,
+    as a session does that loads what earlier ones measured."""
+    window = machine(target_step, shape)
+    policy = AdaptiveK()
+    if known_costs:
+        sizes = (1, 2, 3, 5, 9, 17, 33, 65)
+        policy.load_costs({"verify_s": {str(n): window(n) for n in sizes}, "count": {str(n): 9 for n in sizes}})
+    target = TimedBackend(clock, window, target_step / 4, vocab_size=V, seed=0)
+    draft = TimedBackend(clock, machine(draft_step, shape), draft_prefill, vocab_size=V, seed=draft_seed)
+    drafter = DraftModelDrafter(draft, V, V, seed=1) if drafter_name == "draft" else NoDrafter()
+    draft.prefilled.clear()
+    draft.forward_calls.clear()
+    prompt = [(i * 7) % V for i in range(200)]
+    start = clock.now
+    out = generate(target, drafter, prompt, GREEDY, max_tokens=300, draft_tokens=policy)
+    return out, clock.now - start, draft
+
+
+@pytest.mark.parametrize("known_costs", [True, False])
+def test_a_costly_draft_model_that_does_not_pay_is_fed_nothing(virtual_clock, known_costs):
+    """The 0.5B -> 1.5B pair on 2 cores: a draft step costs a third of a target step, a catch-up token 5%
+    of one. Drafting cannot pay here, so the draft model must not even be caught up on the prompt."""
+    plain, plain_s, _ = timed_turn(virtual_clock, 0.09, 0.03, 0.0045, CPU_SHAPE, 9, "none")
+    out, seconds, draft = timed_turn(virtual_clock, 0.09, 0.03, 0.0045, CPU_SHAPE, 9, known_costs=known_costs)
+    assert out.tokens == plain.tokens
+    assert draft.fed() == 0 and out.stats.drafter["catchup_tokens"] == 0
+    assert seconds <= plain_s / 0.97
+
+
+def test_on_a_fast_machine_the_draft_model_is_used_where_it_pays(virtual_clock):
+    """A GPU-like machine where a window costs about a step and the draft model a twentieth of one: the same
+    controller catches the draft model up and drafts long."""
+    plain, plain_s, _ = timed_turn(virtual_clock, 0.01, 0.0005, 0.00005, GPU_SHAPE, 0, "none")
+    out, seconds, draft = timed_turn(virtual_clock, 0.01, 0.0005, 0.00005, GPU_SHAPE, 0)
+    assert out.tokens == plain.tokens
+    assert draft.fed() > 0 and out.stats.speclen["mean_k"] > 2
+    assert seconds < 0.6 * plain_s

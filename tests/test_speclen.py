@@ -92,10 +92,13 @@ def test_costly_drafter_that_pays_is_used_then_probed_when_it_stops_paying():
     ctl = AdaptiveK(8)
     chosen = drive(ctl, 600, a_good, verify=GPU, draft_per_token=0.1)
     assert near_best(mode(chosen[50:200]), 0.9, GPU, 0.1)
-    late = [i for i, k in enumerate(chosen[260:]) if k > 0]
+    late = [k for k in chosen[260:] if k > 0]
     assert late, "a costly drafter that stopped paying must still be probed now and then"
-    gaps = np.diff(late)
-    assert len(late) <= 6 and (len(gaps) < 2 or gaps[-1] > gaps[0])  # ever rarer probes
+    # every late probe is rejected whole: it costs its draft and its wider window instead of a plain step,
+    # and that is paid from the 1% exploration budget
+    lost = sum(GPU[k + 1] + 0.1 * k - GPU[1] for k in late)
+    spent = sum(GPU[k + 1] + 0.1 * k for k in chosen[260:])
+    assert lost <= 0.012 * spent
 
 
 def test_verify_cost_interpolates_and_is_pessimistic_past_what_was_measured():

@@ -26,6 +26,9 @@ class Drafter:
     needs_hidden_states = False
     sampling: Optional[SamplingParams] = None  # the target's sampler settings, set by the engine per turn
     catchup_s = 0.0  # seconds the last propose spent catching up on context rather than drafting
+    # seconds per drafted token, for the controller until it has timed drafting: 0 for a lookup (n-gram,
+    # suffix), None when unknown (a network: the first call drafts a short window to find out)
+    cost_per_token: Optional[float] = 0.0
 
     def use_sampling(self, sampling: SamplingParams) -> None:
         """Drafters with their own distributions q draw them with the target's sampler settings."""
@@ -36,6 +39,11 @@ class Drafter:
 
     def propose(self, context: Sequence[int], max_tokens: int, hidden: Optional[np.ndarray] = None) -> Draft:
         return EMPTY_DRAFT
+
+    def catchup_estimate(self, context: Sequence[int]) -> float:
+        """Seconds a proposal now would spend catching up on context before drafting (a draft model after
+        steps without drafting); the controller weighs it before asking."""
+        return 0.0
 
     def observe(self, verdict: Verdict) -> None:
         pass

@@ -5,6 +5,10 @@ settings as the target's, applied to its own logits), so verification can accept
 resample from the residual. Its cache follows the target's context lazily: each proposal cuts the draft
 cache back to what it shares with the context (the accepted prefix) and feeds only what is new, usually
 the target's bonus/residual token; after steps without drafting it catches up in one batched prefill.
+
+That catch-up is the price of drafting after a pause, so the controller is told what it would cost
+(``catchup_estimate``) before it asks for a draft: tokens behind times the draft model's prefill cost per
+token, timed once at load and then on every catch-up. A draft model that does not pay is not fed at all.
 """
 from __future__ import annotations
 
@@ -16,9 +20,12 @@ import numpy as np
 from localspec.backends.base import Backend
 from localspec.drafters.base import Drafter
 from localspec.sampling import SamplingParams, sample
-from localspec.types import Draft, common_prefix
+from localspec.types import Draft, Verdict, common_prefix
 
 GREEDY = SamplingParams(temperature=0)
+CALIBRATION_TOKENS = 32  # prefilled once at load to time a catch-up per token
+TIMING_EMA = 0.3  # weight of the newest catch-up in the per-token estimate
+TIMED_CATCHUP = 16  # catch-ups at least this long update the estimate (shorter ones are mostly overhead)
 
 
 class DraftModelDrafter(Drafter):
@@ -29,6 +36,28 @@ class DraftModelDrafter(Drafter):
         self.rng = np.random.default_rng(seed)
         self.catchup_tokens = 0  # tokens fed in batched catch-ups this turn (after steps without drafting)
         self.catchup_s = 0.0  # time of the last call's catch-up, if any
+        self._synced = 0  # context tokens known to be in the draft cache
+        self.catchup_per_token, self.cost_per_token = self._time_model()
+
+    def _time_model(self) -> tuple[float, float]:
+        """(seconds per catch-up token, seconds per drafted token), timed on a throwaway sequence."""
+        tokens = [i % self.shared for i in range(1, CALIBRATION_TOKENS + 2)]
+        self.draft.truncate(0)
+        self.draft.forward(tokens[:1])  # the first call of a context allocates: not timed
+        t0 = time.perf_counter()
+        self.draft.prefill(tokens[1:-1])
+        t1 = time.perf_counter()
+        self.draft.forward(tokens[-1:])
+        t2 = time.perf_counter()
+        self.draft.truncate(0)
+        return (t1 - t0) / (len(tokens) - 2), t2 - t1
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self._synced = common_prefix(self.draft.cached_tokens, prompt)
+
+    def catchup_estimate(self, context: Sequence[int]) -> float:
+        behind = len(context) - 1 - self._synced
+        return behind * self.catchup_per_token if behind > 1 else 0.0
 
     def propose(self, context: Sequence[int], max_tokens: int, hidden=None) -> Draft:
         sampling = self.sampling or GREEDY
@@ -41,7 +70,11 @@ class DraftModelDrafter(Drafter):
             self.draft.prefill(new[:-1])
             self.catchup_s = time.perf_counter() - t0
             self.catchup_tokens += len(new) - 1
+            if len(new) - 1 >= TIMED_CATCHUP:
+                per_token = self.catchup_s / (len(new) - 1)
+                self.catchup_per_token += TIMING_EMA * (per_token - self.catchup_per_token)
             new = new[-1:]
+        self._synced = len(context)
         row = self.draft.forward(new).logits[-1]
         tokens: list[int] = []
         rows: list[np.ndarray] = []
@@ -53,13 +86,17 @@ class DraftModelDrafter(Drafter):
                 row = self.draft.forward([token]).logits[-1]
         return Draft.chain(tokens, np.stack(rows) if rows else None)
 
+    def observe(self, verdict: Verdict) -> None:
+        self._synced += verdict.accepted  # accepted draft tokens are in the draft cache already
+
     def end(self) -> None:
         pass
 
     def figures(self) -> dict:
         figures = {"draft_model": self.draft.model_name,
                    "draft_memory_mb": round(self.draft.memory_bytes() / 2**20, 1),
-                   "catchup_tokens": self.catchup_tokens}
+                   "catchup_tokens": self.catchup_tokens,
+                   "catchup_ms_per_token": round(self.catchup_per_token * 1e3, 3)}
         self.catchup_tokens = 0
         return figures
 

@@ -32,6 +32,7 @@ TREE_WIDTH = 4  # children per expanded node and expanded nodes per depth
 
 class EagleDrafter(Drafter):
     name = "eagle"
+    cost_per_token = None  # a head forward per token: timed by the controller on the first (short) draft
     needs_hidden_states = True
 
     def __init__(self, target, head_folder: Path, seed: Optional[int] = None, tree_nodes: int = 0,

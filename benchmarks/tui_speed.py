@@ -30,7 +30,7 @@ PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a
 
 def app_turn(open_session, tmp) -> float:
     async def run():
-        app = ChatApp(open_session, SavedChat.new("bench"), calibrate=False, save_dir=Path(tmp))
+        app = ChatApp(open_session, SavedChat.new("bench"), save_dir=Path(tmp))
         async with app.run_test(size=(100, 30)) as pilot:
             while app.session is None:
                 await pilot.pause(0.05)

@@ -21,13 +21,14 @@ import re
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from localspec.baseline import PlainBaseline
 from localspec.chat import Conversation
 from localspec.drafters import check_drafter_name, make_drafter
 from localspec.engine import stream_generate
@@ -48,6 +49,8 @@ NOTES = [
     "localspec: prefill = the prompt but its last token; the first decode step feeds that token, so "
     "ttft = prefill + first step. llama-server: prefill = prompt_ms (all prompt tokens, the first output "
     "token included) = ttft; decode = predicted_ms and predicted_per_second (tokens after the first)",
+    "speedup_in_session: the figure the chat shows, a method's decode tok/s over its own plain (K = 0) steps "
+    "near the same context length in this repeat (capped at tau * 1.05; null before 16 such steps)",
     "per_case: medians over repeats; by_kind ratios: means over the kind's cases of those medians",
     "bound: best speedup localspec's own measured verify curve allows, max over n of n * verify_ms[1] / "
     "verify_ms[n] (the suffix method's controller, over the window sizes it measured); fraction_of_bound = "
@@ -60,6 +63,7 @@ class Method:
     label: str
     drafter: object
     policy: object
+    plain: PlainBaseline = field(default_factory=PlainBaseline)  # its in-session speedup baseline
 
 
 def load_cases(path: Optional[str] = None) -> list[dict]:
@@ -266,7 +270,7 @@ def _localspec_runner(session: Session, method: Method) -> Callable:
         tokens, stats, first_step = [], None, None
         for event in stream_generate(session.backend, method.drafter, prompt, session.sampling,
                                      max_tokens=max_tokens, draft_tokens=method.policy,
-                                     rng=np.random.default_rng(rng_seed)):
+                                     rng=np.random.default_rng(rng_seed), plain=method.plain):
             tokens.extend(event.tokens)
             stats = event.stats
             if first_step is None:
@@ -290,7 +294,7 @@ def _figures(stats, first_step_s: float, tokens: list[int]) -> dict:
             "acceptance_rate": d["acceptance_rate"], "tau": d["mean_accepted_length"],
             "draft_share": round(stats.draft_s / decode, 3), "verify_share": round(stats.verify_s / decode, 3),
             "speclen": d["speclen"], "acceptance_rules": d["acceptance_rules"], "drafter": d["drafter"],
-            "output_ids": list(tokens)}
+            "speedup_in_session": d["speedup"], "plain_in_session": d["plain"], "output_ids": list(tokens)}
 
 
 def _server_figures(reply) -> dict:
@@ -359,6 +363,8 @@ def summarize_cases(rows: list[dict], labels: list[str]) -> dict:
         case["bound"] = bound
         case["median_ratio"] = {m: _median(r["methods"][m]["ratio_to_plain"] for r in group) for m in labels}
         case["median_ratio_total"] = {m: _median(r["methods"][m]["ratio_to_plain_total"] for r in group) for m in labels}
+        case["median_speedup_in_session"] = {m: _median(r["methods"][m].get("speedup_in_session") for r in group)
+                                             for m in labels}
         case["median_ttft_s"] = {m: _median(r["methods"][m]["ttft_s"] for r in group) for m in labels}
         case["fraction_of_bound"] = {m: round(v / bound, 3) if v and bound else None
                                      for m, v in case["median_ratio"].items()}

@@ -16,6 +16,7 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 
 from localspec.backends.base import Backend, Progress
+from localspec.baseline import PlainBaseline
 from localspec.drafters.base import Drafter
 from localspec.errors import ConfigError, ContextOverflow
 from localspec.sampling import SamplingParams
@@ -43,10 +44,12 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
                     max_tokens: int = 512, draft_tokens: "int | str | FixedK | AdaptiveK" = 4,
                     stop: Sequence[str] = (),
                     rng: Optional[np.random.Generator] = None,
-                    on_prefill: Progress = None) -> Iterator[TokenEvent]:
+                    on_prefill: Progress = None, plain: Optional[PlainBaseline] = None) -> Iterator[TokenEvent]:
     """Generate a continuation of ``prompt``, one event per target forward pass. ``draft_tokens`` is a
-    fixed K, 'auto', or a policy object (a session passes its own, so what it measured carries over)."""
+    fixed K, 'auto', or a policy object, and ``plain`` the plain-step timings the speedup is measured
+    against (a session passes its own of both, so what it measured carries over)."""
     policy = make_policy(draft_tokens)
+    plain = plain if plain is not None else PlainBaseline()
     if max_tokens < 1:
         raise ConfigError(f"--max-tokens must be at least 1, got {max_tokens}")
     if not prompt:
@@ -76,13 +79,14 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
         drafter.use_sampling(sampling)
         drafter.begin(context)
         policy.begin_turn(drafter.cost_per_token)
-        started = time.perf_counter()
+        started = last_end = time.perf_counter()
         finish = None
         while finish is None:
             # Draft no further than the context can hold and than the answer may still grow.
             t0 = time.perf_counter()
             cap = min(policy.max_k, max_tokens - stats.generated - 1, backend.n_ctx - len(context))
             k = policy.plan(cap, drafter.catchup_estimate(context)) if cap > 0 else 0
+            tp = time.perf_counter()
             if k > 0:
                 draft = drafter.propose(context, k, features).cut(k)
             else:
@@ -136,6 +140,10 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
             drafter.observe(Verdict(len(draft), from_draft, tuple(emitted)))  # what was really emitted
             stats.record_step(len(draft), from_draft, len(emitted))
             now = time.perf_counter()
+            if not draft.tokens:  # an ordinary decoding step, but for the proposal: the speedup's baseline
+                plain.record(len(context) - len(emitted), now - last_end - (t1 - tp))
+            last_end = now
+            stats.plain = plain.at(len(prompt) + stats.generated // 2)  # the turn's mean context length
             policy.record(max(draft.depths(), default=0), verdict.accepted, emitted, drafting, t2 - t1, now - t0 - drafter.catchup_s)
             stats.decode_s = now - started
             yield TokenEvent(tuple(emitted), text, from_draft, stats, finish, min(draft_chars, len(text)))

@@ -9,6 +9,7 @@ import numpy as np
 
 from localspec.backends import load_backend
 from localspec.backends.base import Backend, Progress
+from localspec.baseline import PlainBaseline
 from localspec.chat import Conversation
 from localspec.cost_cache import CostCache, cache_disabled
 from localspec.drafters import DrafterOptions, check_drafter_name, make_drafter
@@ -32,6 +33,7 @@ class Session:
     rng: np.random.Generator = field(default_factory=np.random.default_rng)
     drafter_options: DrafterOptions = field(default_factory=DrafterOptions)
     costs: Optional[CostCache] = None  # the measured verify-cost curve on disk (None: not kept)
+    plain: PlainBaseline = field(default_factory=PlainBaseline)  # what the speedup is measured against
 
     @classmethod
     def from_args(cls, args, on_load=None) -> "Session":
@@ -71,7 +73,7 @@ class Session:
         try:
             yield from stream_generate(self.backend, self.drafter, prompt, self.sampling,
                                        max_tokens=self.max_tokens, draft_tokens=self.speclen, stop=self.stop,
-                                       rng=self.rng, on_prefill=on_prefill)
+                                       rng=self.rng, on_prefill=on_prefill, plain=self.plain)
         finally:  # what this turn measured is there for the next start, even after Ctrl-C
             self.save_costs()
 

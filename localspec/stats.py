@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from localspec.baseline import PlainSpeed, speedup
+
 
 @dataclass
 class TurnStats:
@@ -21,6 +23,7 @@ class TurnStats:
     verify_s: float = 0.0  # target forward + verification
     drafter: dict = field(default_factory=dict)  # the drafter's own figures
     speclen: dict = field(default_factory=dict)  # how K was chosen (fixed, or the controller's figures)
+    plain: Optional[PlainSpeed] = None  # in-session plain decoding near the current context length
     # drafts with q: per examined position, P(accept) under min(1, p/q) and under exact matching
     rules: list = field(default_factory=list, repr=False)
 
@@ -60,8 +63,10 @@ class TurnStats:
     def acceptance_by_position(self) -> list[float]:
         return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
 
-    def speedup(self, plain_tps: Optional[float]) -> Optional[float]:
-        return self.decode_tps / plain_tps if plain_tps and self.decode_tps else None
+    @property
+    def speedup(self) -> Optional[float]:
+        """Over this session's own plain decoding (localspec.baseline); None until that is measured."""
+        return speedup(self.decode_tps, self.mean_accepted_length, self.plain)
 
     def rule_comparison(self) -> Optional[dict]:
         """Mean acceptance probability per examined draft position under both rules (drafts with q)."""
@@ -70,6 +75,11 @@ class TurnStats:
         n = len(self.rules)
         return {"positions": n, "rejection_sampling": round(sum(r for r, _ in self.rules) / n, 4),
                 "exact_match": round(sum(m for _, m in self.rules) / n, 4)}
+
+    def speedup_text(self) -> str:
+        """'1.42x vs 11.2 tok/s plain', or '-' while in-session plain decoding is not measured yet."""
+        value = self.speedup
+        return "-" if value is None else f"{value:.2f}x vs {self.plain.tok_s:.1f} tok/s plain"
 
     def to_dict(self) -> dict:
         rate = self.acceptance_rate
@@ -93,12 +103,14 @@ class TurnStats:
             "drafter": dict(self.drafter),
             "speclen": dict(self.speclen),
             "acceptance_rules": self.rule_comparison(),
+            "speedup": None if self.speedup is None else round(self.speedup, 3),
+            "plain": None if self.plain is None else self.plain.to_dict(),
         }
 
     def summary(self) -> str:
         rate = self.acceptance_rate
         accept = "-" if rate is None else f"{rate:.0%}"
-        return (f"{self.generated} tok, {self.decode_tps:.1f} tok/s decode | prefill {self.prefill_tokens} tok "
+        return (f"{self.generated} tok, {self.decode_tps:.1f} tok/s decode, speedup {self.speedup_text()} | prefill {self.prefill_tokens} tok "
                 f"{self.prefill_tps:.0f} tok/s | accepted {self.accepted}/{self.drafted} ({accept}), "
                 f"tau {self.mean_accepted_length:.2f} | draft {self.draft_s * 1e3:.0f} ms, "
                 f"verify {self.verify_s * 1e3:.0f} ms, other {self.other_s * 1e3:.0f} ms")

@@ -74,14 +74,20 @@ def test_version_and_help(capsys):
 
 @pytest.mark.model
 def test_run_json_prints_answer_and_stats():
-    result = run_cli("run", "--temperature", "0", "-n", "24", "--json", "Count from 1 to 10.")
+    result = run_cli("run", "--temperature", "0", "-n", "48", "--json", "Count from 1 to 10.")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["model"] == "smollm2-135m" and out["drafter"] == "suffix" and out["text"]
     stats = out["stats"]
-    assert 0 < stats["generated_tokens"] <= 24 and stats["decode_tok_s"] > 0
+    assert 0 < stats["generated_tokens"] <= 48 and stats["decode_tok_s"] > 0
     assert stats["accepted"] <= stats["drafted"]
     assert stats["mean_accepted_length"] == pytest.approx(1 + stats["accepted"] / stats["steps"], abs=1e-3)
+    # the chat's speedup figure: over this run's own plain steps, '-' (null) until 16 of them near this length
+    if stats["plain"] is None:
+        assert stats["speedup"] is None
+    else:
+        assert stats["plain"]["steps"] >= 16 and stats["plain"]["tok_s"] > 0
+        assert 0 < stats["speedup"] <= stats["mean_accepted_length"] * 1.05 + 1e-3
 
 
 @pytest.mark.model

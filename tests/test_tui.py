@@ -33,7 +33,7 @@ def make_app(tmp_path, backend=None, max_tokens=40, chat=None, fail=False, draft
         return Session(backend, make_drafter(drafter, backend, options), SamplingParams(temperature=0),
                        "scripted-model", max_tokens=max_tokens, speclen=FixedK(4), drafter_options=options)
 
-    return ChatApp(open_session, chat or SavedChat.new("scripted-model"), calibrate=True, save_dir=tmp_path)
+    return ChatApp(open_session, chat or SavedChat.new("scripted-model"), save_dir=tmp_path)
 
 
 async def wait_for(pilot, condition, timeout=10.0):
@@ -59,7 +59,6 @@ def test_send_a_message_streams_the_answer_and_updates_stats(tmp_path):
         app = make_app(tmp_path)
         async with app.run_test(size=(100, 30)) as pilot:
             await wait_for(pilot, lambda: app.session is not None)
-            assert app.plain_tps and app.plain_tps > 0  # calibrated at load
             await send(pilot, app, "abcabc")
             await wait_for(pilot, lambda: not app.generating and len(app.chat.conversation.messages) == 2)
             answer = app.chat.conversation.messages[1]["content"]
@@ -188,7 +187,6 @@ def test_real_smollm2_answers_in_the_app(tmp_path):
         app = ChatApp(open_session, SavedChat.new("smollm2-135m"), save_dir=tmp_path)
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_for(pilot, lambda: app.session is not None, timeout=60)
-            assert app.plain_tps > 0
             await send(pilot, app, "Count from 1 to 5.")
             await wait_for(pilot, lambda: len(app.chat.conversation.messages) == 2 and not app.generating, 60)
             answer = app.chat.conversation.messages[1]

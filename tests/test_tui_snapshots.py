@@ -32,7 +32,7 @@ def make_app():
         return Session(backend, make_drafter("ngram"), SamplingParams(temperature=0), "scripted-model",
                        speclen=FixedK(4))
 
-    app = ChatApp(open_session, chat, calibrate=False, save_dir=None)
+    app = ChatApp(open_session, chat, save_dir=None)
     app.memory_mb = lambda: 123.0
     app._save = lambda: None  # nothing written by a snapshot
     return app

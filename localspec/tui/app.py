@@ -1,6 +1,6 @@
 """`localspec chat`: a Textual chat with live speculation stats.
 
-The engine runs in one long-lived worker thread: loading, calibration and every turn. It talks to the UI
+The engine runs in one long-lived worker thread: loading and every turn. It talks to the UI
 only by posting messages; token updates are coalesced to at most one every UPDATE_S, so a fast model
 cannot flood the UI. One thread, not one per turn: llama.cpp's OpenMP thread team belongs to the thread
 that calls it, and a second caller's team fights the first one's spinning threads for the cores
@@ -25,10 +25,7 @@ from textual.widgets import Markdown, Static, TextArea
 
 from localspec.chat_store import SavedChat
 from localspec.drafters import make_drafter
-from localspec.drafters.base import NoDrafter
-from localspec.engine import generate
 from localspec.errors import LocalspecError
-from localspec.sampling import SamplingParams
 from localspec.session import Session
 from localspec.tui.panels import StatsPanel, StatusBar, process_memory_mb
 from localspec.tui.slash import HELP, SlashError, parse_slash
@@ -39,7 +36,6 @@ UPDATE_S = 0.3  # seconds between UI updates while tokens stream
 STATS_S = 0.6  # seconds between stats panel redraws while tokens stream
 MARKDOWN_S = 1.0  # seconds between Markdown redraws of a streaming answer
 TAIL_ROWS = 8  # the streaming tail's height grows in steps of this many rows
-CALIBRATION_TOKENS = 32
 
 
 def warm_highlighters() -> None:
@@ -56,9 +52,9 @@ def warm_highlighters() -> None:
 
 # -- messages from the worker threads -------------------------------------------------------------------
 class Loaded(Message):
-    def __init__(self, session: Session, plain_tps: Optional[float]) -> None:
+    def __init__(self, session: Session) -> None:
         super().__init__()
-        self.session, self.plain_tps = session, plain_tps
+        self.session = session
 
 
 class Progress(Message):
@@ -244,14 +240,12 @@ class ChatApp(App):
     ]
 
     def __init__(self, open_session: Callable[[Callable[[str], None]], Session], chat: SavedChat, *,
-                 calibrate: bool = True, save_dir: Optional[Path] = None, owns_session: bool = True) -> None:
+                 save_dir: Optional[Path] = None, owns_session: bool = True) -> None:
         super().__init__()
         self.owns_session = owns_session
-        self.open_session, self.chat, self.calibrate = open_session, chat, calibrate
+        self.open_session, self.chat = open_session, chat
         self.save_dir = save_dir
         self.session: Optional[Session] = None
-        self.plain_tps: Optional[float] = None
-        self.plain_how = "not measured yet"
         self.history: list[tuple[float, float]] = []
         self.current: Optional[Turn] = None
         self.last_stats: Optional[dict] = None
@@ -273,7 +267,7 @@ class ChatApp(App):
         conversation = self.query_one("#conversation")
         for message in self.chat.conversation.messages:  # a resumed chat
             await conversation.mount(Turn(message["role"], message["content"]))
-        self.query_one(StatsPanel).show(None, None, self.plain_how, self.history)
+        self.query_one(StatsPanel).show(None, self.history)
         self.query_one(StatusBar).update(" loading the model…")
         self.query_one(ChatInput).focus()
         self._engine.start()
@@ -295,14 +289,7 @@ class ChatApp(App):
         try:
             session = self.open_session(lambda label: self.post_message(Progress(label)))
             warm_highlighters()
-            plain = None
-            if self.calibrate:
-                self.post_message(Progress("measuring plain decoding…"))
-                prompt = session.backend.chat_tokens([{"role": "user", "content": "Say hello."}])
-                done = generate(session.backend, NoDrafter(), prompt, SamplingParams(temperature=0),
-                                max_tokens=CALIBRATION_TOKENS)
-                plain = done.stats.decode_tps or None
-            self.post_message(Loaded(session, plain))
+            self.post_message(Loaded(session))
         except LocalspecError as exc:
             self.post_message(Failed(str(exc)))
 
@@ -358,9 +345,7 @@ class ChatApp(App):
         self.query_one(StatusBar).update(" no model loaded — fix the problem above and restart (Ctrl+Q quits)")
 
     async def on_loaded(self, message: Loaded) -> None:
-        self.session, self.plain_tps = message.session, message.plain_tps
-        if message.plain_tps:
-            self.plain_how = f"{CALIBRATION_TOKENS} plain tokens at load"
+        self.session = message.session
         self._refresh_status()
         draft = message.session.draft_model()
         if draft:
@@ -421,8 +406,6 @@ class ChatApp(App):
             if stats and stats.get("generated_tokens"):
                 self.last_stats = stats
                 self.history.append((stats["decode_tok_s"], stats.get("acceptance_rate") or 0.0))
-                if self.session and self.session.drafter.name == "none" and stats["generated_tokens"] >= 16:
-                    self.plain_tps, self.plain_how = stats["decode_tok_s"], "your last plain (/drafter none) turn"
             if message.finish == "interrupted":
                 await self._note("(stopped — the answer so far is kept)")
             elif message.finish == "context":
@@ -504,7 +487,7 @@ class ChatApp(App):
         self.query_one("#conversation").scroll_end(animate=False)
 
     def _show_stats(self) -> None:
-        self.query_one(StatsPanel).show(self.last_stats, self.plain_tps, self.plain_how, self.history)
+        self.query_one(StatsPanel).show(self.last_stats, self.history)
 
     def _refresh_status(self) -> None:
         s = self.session

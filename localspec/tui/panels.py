@@ -25,8 +25,7 @@ def bar(fraction: float, width: int = 10) -> str:
 class StatsPanel(Static):
     """This turn's speculation figures, the per-position acceptance and the last turns' trend."""
 
-    def show(self, stats: Optional[dict], plain_tps: Optional[float], plain_how: str,
-             history: list[tuple[float, float]]) -> None:
+    def show(self, stats: Optional[dict], history: list[tuple[float, float]]) -> None:
         t = Text()
         t.append("This turn\n", style="bold")
         if not stats or not stats.get("steps"):
@@ -38,12 +37,14 @@ class StatsPanel(Static):
             t.append(f" tau       {stats['mean_accepted_length']:.2f} tok/step\n")
             t.append(f" verified  {stats['drafted'] / stats['steps']:.2f} draft tok/step\n")
             t.append(f" decode    {stats['decode_tok_s']:.1f} tok/s\n")
-            if plain_tps and stats["decode_tok_s"]:
-                t.append(f" speedup   {stats['decode_tok_s'] / plain_tps:.2f}x", style="bold")
-                t.append(f" vs {plain_tps:.1f}\n")
+            plain = stats.get("plain")
+            if stats.get("speedup") is not None and plain:
+                t.append(f" speedup   {stats['speedup']:.2f}x", style="bold")
+                t.append(f" vs {plain['tok_s']:.1f}\n")
+                t.append(f"  plain: {plain['steps']} steps here, {age(plain['age_s'])}\n", style="dim")
             else:
                 t.append(" speedup   -\n")
-            t.append(f"  plain: {plain_how}\n", style="dim")
+                t.append("  plain: under 16 steps at this length\n", style="dim")
             t.append(f" draft {stats['draft_s'] * 1e3:.0f} ms · verify {stats['verify_s'] * 1e3:.0f} ms\n")
             t.append(f" prefill   {stats['prefill_tokens']} tok, {stats['prefill_tok_s']:.0f} tok/s\n")
             by_pos = stats.get("acceptance_by_position") or []
@@ -58,6 +59,15 @@ class StatsPanel(Static):
             t.append(f" tok/s  {sparkline([h[0] for h in history])}\n")
             t.append(f" accept {sparkline([h[1] for h in history])}\n")
         self.update(t, layout=False)  # a fixed-size panel: no layout pass (it is what a redraw costs most)
+
+
+def age(seconds: float) -> str:
+    """'now', '40 s ago', '3 min ago', '2 h ago'."""
+    if seconds < 2:
+        return "now"
+    if seconds < 120:
+        return f"{seconds:.0f} s ago"
+    return f"{seconds / 60:.0f} min ago" if seconds < 7200 else f"{seconds / 3600:.0f} h ago"
 
 
 class StatusBar(Static):

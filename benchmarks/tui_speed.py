@@ -1,12 +1,15 @@
-"""Decode speed inside the Textual app against the same turn without it (what `chat --plain` runs).
+"""Decode speed inside the Textual app (`localspec chat`, headless through App.run_test) against the same
+turn as `localspec run` streams it (Session.answer on the main thread), each in a fresh process,
+interleaved; medians and the ratio of medians.
 
-    python benchmarks/tui_speed.py --model smollm2-135m --out benchmarks/results/tui-speed.json
+    python benchmarks/tui_speed.py --model smollm2-135m --repeats 5 --out benchmarks/results/tui-speed.json
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -19,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
 from localspec.chat_store import SavedChat  # noqa: E402
 from localspec.drafters import DrafterOptions, make_drafter  # noqa: E402
-from localspec.engine import generate  # noqa: E402
+from localspec.chat import Conversation  # noqa: E402
+from localspec.commands import _stream  # noqa: E402
 from localspec.registry import resolve_model  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 from localspec.session import Session  # noqa: E402
@@ -44,22 +48,26 @@ def app_turn(open_session, tmp) -> float:
 
 
 def one_run(mode: str, model: str, drafter: str, tokens: int) -> float:
-    """Decode tok/s of one turn, in this process: 'plain' on the main thread as `chat --plain` does,
+    """Decode tok/s of one turn, in this process: 'run' on the main thread as `localspec run` streams it,
     'app' inside the Textual app (its engine thread)."""
     _, path = resolve_model(model)
     tmp = tempfile.mkdtemp()
     options = DrafterOptions(suffix_cache_dir=tmp)
     greedy = SamplingParams(temperature=0)
-    if mode == "plain":
-        backend = LlamaCppBackend(path, n_ctx=2048)
-        prompt = backend.chat_tokens([{"role": "user", "content": PROMPT}])
-        return generate(backend, make_drafter(drafter, backend, options), prompt, greedy,
-                        max_tokens=tokens).stats.decode_tps
 
-    def open_session(progress):  # on the app's engine thread, as `localspec chat` loads it
+    def open_session(progress=None):  # in the app: on its engine thread, as `localspec chat` loads it
         backend = LlamaCppBackend(path, n_ctx=2048)
         return Session(backend, make_drafter(drafter, backend, options), greedy, model, max_tokens=tokens,
                        drafter_options=options)
+    if mode == "run":
+        conversation = Conversation()
+        conversation.add("user", PROMPT)
+        with open_session() as session:
+            return _stream(session, conversation, None)[1].decode_tps
+    import localspec.tui.app as app_module
+    for knob in ("UPDATE_S", "STATS_S", "MARKDOWN_S"):  # experiments: BENCH_UPDATE_S=1000 etc.
+        if os.environ.get("BENCH_" + knob):
+            setattr(app_module, knob, float(os.environ["BENCH_" + knob]))
     return app_turn(open_session, tmp)
 
 
@@ -69,23 +77,29 @@ def main() -> None:
     ap.add_argument("--drafter", default="none")
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--one", choices=["plain", "app"], help=argparse.SUPPRESS)
+    ap.add_argument("--one", choices=["run", "app"], help=argparse.SUPPRESS)
+    ap.add_argument("--modes", default="run,app", help="run (as `localspec run`), app (as `localspec chat`)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     if args.one:
         print(json.dumps(one_run(args.one, args.model, args.drafter, args.tokens)))
         return
-    runs = {"plain": [], "app": []}
-    for _ in range(args.repeats):  # each run in a fresh process, interleaved
-        for mode in runs:
-            out = subprocess.run([sys.executable, __file__, "--one", mode, "--model", args.model, "--drafter",
-                                  args.drafter, "--tokens", str(args.tokens)], capture_output=True, text=True)
+    runs: dict[str, list[float]] = {mode: [] for mode in args.modes.split(",")}
+    for r in range(args.repeats):  # each run in a fresh process, interleaved, the order rotated
+        modes = list(runs)[r % len(runs):] + list(runs)[:r % len(runs)]
+        for mode in modes:
+            out = subprocess.run([sys.executable, __file__, "--one", mode, "--model", args.model,
+                                  "--drafter", args.drafter, "--tokens", str(args.tokens)],
+                                 capture_output=True, text=True)
             if out.returncode:
                 raise SystemExit(f"{mode} run failed:\n{out.stderr[-3000:]}")
             runs[mode].append(round(json.loads(out.stdout.strip().splitlines()[-1]), 2))
     report = {"model": args.model, "drafter": args.drafter, "tokens": args.tokens, "date": time.strftime("%Y-%m-%d"),
-              "plain_chat_tok_s": runs["plain"], "in_app_tok_s": runs["app"],
-              "ratio_median": round(statistics.median(runs["app"]) / statistics.median(runs["plain"]), 3)}
+              "tok_s": runs, "median": {m: statistics.median(v) for m, v in runs.items()},
+              "ratio_to_run": {m: round(statistics.median(v) / statistics.median(runs["run"]), 3)
+                               for m, v in runs.items()},
+              "paired_ratio_median": {m: round(statistics.median(a / b for a, b in zip(v, runs["run"])), 3)
+                                      for m, v in runs.items()}}
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1))

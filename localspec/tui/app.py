@@ -30,11 +30,13 @@ from localspec.session import Session
 from localspec.tui.panels import StatsPanel, StatusBar, process_memory_mb
 from localspec.tui.slash import HELP, SlashError, parse_slash
 
-# Every UI update takes the GIL from the engine thread, so updates are rationed (measured with
-# benchmarks/tui_speed.py on SmolLM2-135M: 20 updates/s with live Markdown cost 47% of decode speed).
-UPDATE_S = 0.3  # seconds between UI updates while tokens stream
-STATS_S = 0.6  # seconds between stats panel redraws while tokens stream
-MARKDOWN_S = 1.0  # seconds between Markdown redraws of a streaming answer
+# Every UI update takes the GIL from the engine thread and, on a machine whose cores all decode, CPU time
+# from one of llama.cpp's threads, which the others then wait for at every barrier; so updates are
+# rationed (benchmarks/tui_speed.py, SmolLM2-135M on 2 cores: 20 updates/s with live Markdown cost 47% of
+# decode speed; 3.3/s 11-14%; a layout pass cost ~27 ms and a redraw ~12 ms of UI time there).
+UPDATE_S = 0.5  # seconds between UI updates while tokens stream
+STATS_S = 1.0  # seconds between stats panel redraws while tokens stream
+MARKDOWN_S = 2.0  # seconds between Markdown redraws of a streaming answer
 TAIL_ROWS = 8  # the streaming tail's height grows in steps of this many rows
 
 

@@ -64,6 +64,7 @@ class Method:
     drafter: object
     policy: object
     plain: PlainBaseline = field(default_factory=PlainBaseline)  # its in-session speedup baseline
+    guard: bool = True  # the session's exact guard applies (NAME+noguard: it does not)
 
 
 def load_cases(path: Optional[str] = None) -> list[dict]:
@@ -126,9 +127,10 @@ def make_methods(spec: str, session: Session, default_k, scratch: Optional[str] 
 
 
 def _make_method(item: str, session: Session, default_k, cache_dir: Optional[Path]) -> Method:
-    match = re.fullmatch(r"([a-z]+)(?:@([a-z0-9:]+))?(?:#(\d+))?(?:@([a-z0-9:]+))?", item)
+    match = re.fullmatch(r"([a-z]+)(?:@([a-z0-9:]+))?(?:#(\d+))?(?:@([a-z0-9:]+))?(\+noguard)?", item)
     if not match or (match.group(2) and match.group(4)):
-        raise ConfigError(f"--drafters {item!r}: expected NAME, NAME@K or eagle#N (trees of N tokens)")
+        raise ConfigError(f"--drafters {item!r}: expected NAME, NAME@K or eagle#N (trees of N tokens), "
+                          f"optionally +noguard")
     name, k, tree = match.group(1), match.group(2) or match.group(4), match.group(3)
     check_drafter_name(name)
     options = session.drafter_options
@@ -141,7 +143,8 @@ def _make_method(item: str, session: Session, default_k, cache_dir: Optional[Pat
     drafter = make_drafter(name, session.backend, options)
     # the controller starts from the machine's measured cost curve, as a user's chat does after its first
     # session (LOCALSPEC_NO_COST_CACHE=1 benchmarks the very first start)
-    return Method(item, drafter, session.new_policy(k or (1 if name == "none" else default_k)))
+    return Method(item, drafter, session.new_policy(k or (1 if name == "none" else default_k)),
+                  guard=not match.group(5))
 
 
 def parse_peer_types(spec: str) -> list[str]:
@@ -270,7 +273,8 @@ def _localspec_runner(session: Session, method: Method) -> Callable:
         tokens, stats, first_step = [], None, None
         for event in stream_generate(session.backend, method.drafter, prompt, session.sampling,
                                      max_tokens=max_tokens, draft_tokens=method.policy,
-                                     rng=np.random.default_rng(rng_seed), plain=method.plain):
+                                     rng=np.random.default_rng(rng_seed), plain=method.plain,
+                                     exact_guard=session.exact_guard if method.guard else None):
             tokens.extend(event.tokens)
             stats = event.stats
             if first_step is None:
@@ -294,7 +298,8 @@ def _figures(stats, first_step_s: float, tokens: list[int]) -> dict:
             "acceptance_rate": d["acceptance_rate"], "tau": d["mean_accepted_length"],
             "draft_share": round(stats.draft_s / decode, 3), "verify_share": round(stats.verify_s / decode, 3),
             "speclen": d["speclen"], "acceptance_rules": d["acceptance_rules"], "drafter": d["drafter"],
-            "speedup_in_session": d["speedup"], "plain_in_session": d["plain"], "output_ids": list(tokens)}
+            "speedup_in_session": d["speedup"], "plain_in_session": d["plain"], "exact_guard": d["exact_guard"],
+            "output_ids": list(tokens)}
 
 
 def _server_figures(reply) -> dict:

@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--suffix-min-prob", type=float, help="suffix drafter: stop a draft below this confidence (0.5)")
     g.add_argument("--suffix-factor", type=float, help="suffix drafter: draft at most factor x match length (4.0)")
     g.add_argument("--suffix-offset", type=float, help="suffix drafter: ... plus this many tokens (-2: matches under 3 tokens draft nothing)")
+    g.add_argument("--no-exact-guard", action="store_true",
+                   help="at temperature 0, also take near-tie positions from verify windows (faster, but the "
+                        "output may differ from plain decoding where llama.cpp's batched rounding flips a tie)")
     g.add_argument("--suffix-cache-tokens", type=int,
                    help="suffix drafter: bound of the cache of past answers on disk (200000; 0 turns it off)")
     g = common.add_argument_group("sampling (llama.cpp's defaults; --temperature 0 is greedy)")
@@ -79,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="time drafters against plain decoding on a workload; prints a table per kind")
     bench.add_argument("--drafters", default="none,ngram,suffix",
                        help="comma-separated methods: drafter names, NAME@K for a fixed K, eagle#N for EAGLE trees "
-                            "of N tokens (default: none,ngram,suffix)")
+                            "of N tokens, NAME+noguard without the exact guard (default: none,ngram,suffix)")
     bench.add_argument("--prompts", help="workload JSONL in the ../shared/bench format (default: a small built-in one)")
     bench.add_argument("--cases", help="comma-separated case ids to run (default: all)")
     bench.add_argument("--repeats", type=int, default=1, help="run the workload this many times (noisy machines)")
@@ -93,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "--draft-model or the model's first draft (default: plain,ngram-mod,ngram-simple,"
                             "draft-simple; plain is always run)")
     bench.set_defaults(temperature=0.0)  # benchmarks are greedy unless asked otherwise
+
+    cal = sub.add_parser("calibrate", parents=[common],
+                         help="measure the exact guard's near-tie margin for this model and build (cached)")
+    cal.add_argument("--positions", type=int, default=512, help="positions to measure (512)")
 
     pull = sub.add_parser("pull", help="download a model (and its recommended draft and EAGLE head) into the "
                                        "Hugging Face cache, or register a local .gguf file under a name")
@@ -139,7 +146,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return {"run": commands.run_command, "chat": commands.chat_command,
                 "simulate": commands.simulate_command, "bench": commands.bench_command,
                 "pull": commands.pull_command, "list": commands.list_command,
-                "rm": commands.rm_command, "train-eagle": commands.train_eagle_command}[args.command](args)
+                "rm": commands.rm_command, "train-eagle": commands.train_eagle_command,
+                "calibrate": commands.calibrate_command}[args.command](args)
     except LocalspecError as exc:
         print(f"localspec: error: {exc}", file=sys.stderr)
         return 1

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from localspec.chat import Conversation
 from localspec.chat_store import SavedChat, load_chat
-from localspec.errors import LocalspecError
+from localspec.errors import ConfigError, LocalspecError
 from localspec.session import Session
 from localspec.stats import TurnStats
 
@@ -122,6 +122,21 @@ def _save_quietly(chat: SavedChat) -> None:
         chat.save()
     except OSError as exc:
         print(f"localspec: could not save the chat: {exc}", file=sys.stderr)
+
+
+def calibrate_command(args) -> int:
+    """Measures and caches the exact guard's margin for the model, backend and build given."""
+    from localspec.calibrate import calibrate
+    if args.positions < 16:
+        raise ConfigError(f"--positions must be at least 16, got {args.positions}")
+    with Session.from_args(args) as session:
+        print(f"calibrating {session.load_report()}", file=sys.stderr)
+        result = calibrate(session.backend, lambda line: print(f"  {line}", file=sys.stderr), args.positions)
+    print(json.dumps(result))
+    print(f"exact guard margin {result['margin']} (2 x the largest gap difference {result['max_gap_difference']} "
+          f"over {result['positions']} positions; {result['argmax_flips']} argmax flips seen); cached",
+          file=sys.stderr)
+    return 0
 
 
 def simulate_command(args) -> int:

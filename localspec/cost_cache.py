@@ -1,10 +1,11 @@
-"""The controller's measured verify-cost curve, kept on disk between sessions.
+"""Figures measured on this machine, kept on disk between sessions, one small JSON file per key.
 
 What a k-token window costs depends on the model file, the backend and its build, the device and the
 threads (Backend.cost_key()), not on the conversation, so a new session can start from the last one's
-curve instead of measuring (and exploring) it again. One small JSON file per key in
-``~/.cache/localspec/costs/`` (or ``$LOCALSPEC_CACHE/costs/``). A damaged file is ignored with a warning
-and overwritten by the next save; nothing here raises into a chat.
+curve instead of measuring (and exploring) it again; the exact guard's near-tie margin
+(localspec/exact_guard.py) is kept the same way. Files live in ``~/.cache/localspec/<kind>/`` (or
+``$LOCALSPEC_CACHE/<kind>/``). A damaged file is ignored with a warning and overwritten by the next save;
+nothing here raises into a chat.
 """
 from __future__ import annotations
 
@@ -17,45 +18,58 @@ from typing import Optional
 
 from localspec.fileio import atomic_write, cache_root
 
-VERSION = 1
+VERSION = 2  # 1 kept the curve under "costs"; such files are ignored, not reported as damaged
 
 
-def default_dir() -> Path:
-    return cache_root() / "costs"
+class KeyedCache:
+    """One JSON object per key under cache_root()/kind; ``check`` raises ValueError on a damaged one."""
 
+    kind, what = "costs", "cost cache"
 
-class CostCache:
     def __init__(self, key: Optional[str], directory: Optional[Path] = None) -> None:
         self.key = key
-        self.path = None if key is None else (directory or default_dir()) / (
+        self.path = None if key is None else (directory or cache_root() / self.kind) / (
             hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
 
+    def check(self, data: dict) -> None:
+        pass
+
     def load(self) -> dict:
-        """The saved curve ({'verify_s': {n: s}, 'count': {n: c}}), or {} when there is none or it is damaged."""
+        """What was saved under this key, or {} when there is nothing or it is damaged."""
         if self.path is None or not self.path.exists():
             return {}
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             if data.get("version") != VERSION or data.get("key") != self.key:
                 return {}
-            costs = data["costs"]
-            if not all(float(s) > 0 for s in costs["verify_s"].values()):
-                raise ValueError("a cost that is not positive")
-            return costs
+            self.check(data["data"])
+            return data["data"]
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            print(f"localspec: ignoring the damaged cost cache {self.path} ({exc}); it will be measured again",
+            print(f"localspec: ignoring the damaged {self.what} {self.path} ({exc}); it will be measured again",
                   file=sys.stderr)
             return {}
 
-    def save(self, costs: dict) -> None:
-        if self.path is None or not costs.get("verify_s"):
+    def save(self, data: dict) -> None:
+        if self.path is None or not data:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.path, json.dumps({"version": VERSION, "key": self.key, "costs": costs},
+            atomic_write(self.path, json.dumps({"version": VERSION, "key": self.key, "data": data},
                                                indent=1).encode())
         except OSError as exc:  # a full or read-only disk must not end the chat
-            print(f"localspec: could not save the cost cache: {exc}", file=sys.stderr)
+            print(f"localspec: could not save the {self.what}: {exc}", file=sys.stderr)
+
+
+class CostCache(KeyedCache):
+    """The controller's verify-cost curve: {'verify_s': {n: seconds}, 'count': {n: timings}}."""
+
+    def check(self, data: dict) -> None:
+        if not all(float(s) > 0 for s in data["verify_s"].values()):
+            raise ValueError("a cost that is not positive")
+
+    def save(self, costs: dict) -> None:
+        if costs.get("verify_s"):
+            super().save(costs)
 
 
 def cache_disabled() -> bool:

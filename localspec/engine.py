@@ -19,6 +19,7 @@ from localspec.backends.base import Backend, Progress
 from localspec.baseline import PlainBaseline
 from localspec.drafters.base import Drafter
 from localspec.errors import ConfigError, ContextOverflow
+from localspec.exact_guard import guard
 from localspec.sampling import SamplingParams
 from localspec.speclen import AdaptiveK, FixedK, make_policy
 from localspec.stats import TurnStats
@@ -44,10 +45,12 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
                     max_tokens: int = 512, draft_tokens: "int | str | FixedK | AdaptiveK" = 4,
                     stop: Sequence[str] = (),
                     rng: Optional[np.random.Generator] = None,
-                    on_prefill: Progress = None, plain: Optional[PlainBaseline] = None) -> Iterator[TokenEvent]:
+                    on_prefill: Progress = None, plain: Optional[PlainBaseline] = None,
+                    exact_guard: Optional[float] = None) -> Iterator[TokenEvent]:
     """Generate a continuation of ``prompt``, one event per target forward pass. ``draft_tokens`` is a
     fixed K, 'auto', or a policy object, and ``plain`` the plain-step timings the speedup is measured
-    against (a session passes its own of both, so what it measured carries over)."""
+    against (a session passes its own of both, so what it measured carries over). ``exact_guard``: at
+    temperature 0, the near-tie margin below which a window row decides nothing (None: no guard)."""
     policy = make_policy(draft_tokens)
     plain = plain if plain is not None else PlainBaseline()
     if max_tokens < 1:
@@ -60,6 +63,8 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
     check_capabilities(backend, drafter)
     rng = rng if rng is not None else np.random.default_rng()
     stats = TurnStats(prompt_tokens=len(prompt))
+    margin = exact_guard if sampling.greedy else None
+    stats.guard_margin = margin
     context = list(prompt)
     reuse = common_prefix(backend.cached_tokens, context[:-1])
     if drafter.needs_hidden_states:  # a feature-fed drafter needs at least the last prompt token's features
@@ -80,12 +85,13 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
         drafter.begin(context)
         policy.begin_turn(drafter.cost_per_token)
         started = last_end = time.perf_counter()
-        finish = None
+        finish, held = None, False
         while finish is None:
             # Draft no further than the context can hold and than the answer may still grow.
             t0 = time.perf_counter()
             cap = min(policy.max_k, max_tokens - stats.generated - 1, backend.n_ctx - len(context))
-            k = policy.plan(cap, drafter.catchup_estimate(context)) if cap > 0 else 0
+            # after the guard held a near-tie back, a single-token step decides it, as plain decoding does
+            k = policy.plan(cap, drafter.catchup_estimate(context)) if cap > 0 and not held else 0
             tp = time.perf_counter()
             if k > 0:
                 draft = drafter.propose(context, k, features).cut(k)
@@ -107,11 +113,17 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
             else:
                 out = backend.forward([context[-1], *draft.tokens], return_hidden=need_hidden)
             verdict = verify_draft(draft, out.logits, sampling, rng, stats.rules)
+            forced, gap = held, None
+            if margin is not None and len(draft):
+                verdict, gap = guard(verdict, out.logits, margin)
+            held = verdict.held
             if tree:
                 backend.accept_path(verdict.path)
+            kept = verdict.accepted + (0 if held else 1)  # positions fed this step that stay in the cache
             if need_hidden:  # the target's features of the kept positions, for the next proposal
-                features = (len(context) - 1, out.hidden[[0, *(i + 1 for i in verdict.path)]])
-            backend.truncate(len(context) + verdict.accepted)
+                rows = out.hidden[[0, *(i + 1 for i in verdict.path)]][:kept]
+                features = (len(context) - 1, rows) if kept else None
+            backend.truncate(len(context) - 1 + kept)
             t2 = time.perf_counter()
             stats.draft_s += t1 - t0
             stats.verify_s += t2 - t1
@@ -140,11 +152,14 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
             drafter.observe(Verdict(len(draft), from_draft, tuple(emitted)))  # what was really emitted
             stats.record_step(len(draft), from_draft, len(emitted))
             now = time.perf_counter()
+            if gap is not None or forced:
+                stats.record_guard(gap, now - t0 if forced else 0.0)
             if not draft.tokens:  # an ordinary decoding step, but for the proposal: the speedup's baseline
                 plain.record(len(context) - len(emitted), now - last_end - (t1 - tp))
             last_end = now
             stats.plain = plain.at(len(prompt) + stats.generated // 2)  # the turn's mean context length
-            policy.record(max(draft.depths(), default=0), verdict.accepted, emitted, drafting, t2 - t1, now - t0 - drafter.catchup_s)
+            policy.record(max(draft.depths(), default=0), verdict.accepted, emitted, drafting, t2 - t1,
+                          now - t0 - drafter.catchup_s, held)
             stats.decode_s = now - started
             yield TokenEvent(tuple(emitted), text, from_draft, stats, finish, min(draft_chars, len(text)))
         if features is not None:  # the last step's features: a feature-fed drafter keeps its cache whole

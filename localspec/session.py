@@ -34,6 +34,7 @@ class Session:
     drafter_options: DrafterOptions = field(default_factory=DrafterOptions)
     costs: Optional[CostCache] = None  # the measured verify-cost curve on disk (None: not kept)
     plain: PlainBaseline = field(default_factory=PlainBaseline)  # what the speedup is measured against
+    exact_guard: Optional[float] = None  # the near-tie margin at temperature 0 (None: no guard)
 
     @classmethod
     def from_args(cls, args, on_load=None) -> "Session":
@@ -55,6 +56,9 @@ class Session:
         session = cls(backend, drafter, sampling, name, args.max_tokens, speclen, tuple(args.stop),
                       np.random.default_rng(args.seed), options)
         session.costs = CostCache(None if cache_disabled() else backend.cost_key())
+        if not getattr(args, "no_exact_guard", False):
+            from localspec.calibrate import margin_for
+            session.exact_guard = margin_for(backend)[0]
         session.speclen = session.new_policy(speclen)
         return session
 
@@ -73,7 +77,8 @@ class Session:
         try:
             yield from stream_generate(self.backend, self.drafter, prompt, self.sampling,
                                        max_tokens=self.max_tokens, draft_tokens=self.speclen, stop=self.stop,
-                                       rng=self.rng, on_prefill=on_prefill, plain=self.plain)
+                                       rng=self.rng, on_prefill=on_prefill, plain=self.plain,
+                                       exact_guard=self.exact_guard)
         finally:  # what this turn measured is there for the next start, even after Ctrl-C
             self.save_costs()
 
@@ -88,7 +93,10 @@ class Session:
         if draft:
             text += f" + draft {draft}"
         about = self.drafter.describe()
-        return text + f" · drafter {self.drafter.name}{f' ({about})' if about else ''}, {self.speclen.label}"
+        text += f" · drafter {self.drafter.name}{f' ({about})' if about else ''}, {self.speclen.label}"
+        if self.exact_guard is not None and self.sampling.greedy:
+            text += f" · exact guard {self.exact_guard:g}"
+        return text
 
     def draft_model(self) -> Optional[str]:
         """'NAME N MB' of the drafter's own model, if it has one."""

@@ -24,6 +24,10 @@ class TurnStats:
     drafter: dict = field(default_factory=dict)  # the drafter's own figures
     speclen: dict = field(default_factory=dict)  # how K was chosen (fixed, or the controller's figures)
     plain: Optional[PlainSpeed] = None  # in-session plain decoding near the current context length
+    guard_margin: Optional[float] = None  # the exact guard's near-tie margin (None: off)
+    guard_gaps: list = field(default_factory=list)  # the top-1/top-2 gap of each row it held back
+    guard_steps: int = 0  # single-token steps it forced
+    guard_s: float = 0.0  # and their time
     # drafts with q: per examined position, P(accept) under min(1, p/q) and under exact matching
     rules: list = field(default_factory=list, repr=False)
 
@@ -38,6 +42,13 @@ class TurnStats:
         for i in range(drafted):
             self.drafted_at[i] += 1
             self.accepted_at[i] += i < accepted
+
+    def record_guard(self, gap: Optional[float], forced_s: float) -> None:
+        if gap is not None:
+            self.guard_gaps.append(gap)
+        if forced_s:
+            self.guard_steps += 1
+            self.guard_s += forced_s
 
     @property
     def acceptance_rate(self) -> Optional[float]:
@@ -66,7 +77,8 @@ class TurnStats:
     @property
     def speedup(self) -> Optional[float]:
         """Over this session's own plain decoding (localspec.baseline); None until that is measured."""
-        return speedup(self.decode_tps, self.mean_accepted_length, self.plain)
+        per_step = self.generated / self.steps if self.steps else 0.0  # tau, less what the guard held back
+        return speedup(self.decode_tps, per_step, self.plain)
 
     def rule_comparison(self) -> Optional[dict]:
         """Mean acceptance probability per examined draft position under both rules (drafts with q)."""
@@ -103,6 +115,10 @@ class TurnStats:
             "drafter": dict(self.drafter),
             "speclen": dict(self.speclen),
             "acceptance_rules": self.rule_comparison(),
+            "exact_guard": None if self.guard_margin is None else {
+                "margin": self.guard_margin, "fired": len(self.guard_gaps),
+                "gaps": [round(g, 3) for g in self.guard_gaps], "forced_steps": self.guard_steps,
+                "forced_s": round(self.guard_s, 4)},
             "speedup": None if self.speedup is None else round(self.speedup, 3),
             "plain": None if self.plain is None else self.plain.to_dict(),
         }
@@ -110,7 +126,10 @@ class TurnStats:
     def summary(self) -> str:
         rate = self.acceptance_rate
         accept = "-" if rate is None else f"{rate:.0%}"
-        return (f"{self.generated} tok, {self.decode_tps:.1f} tok/s decode, speedup {self.speedup_text()} | prefill {self.prefill_tokens} tok "
-                f"{self.prefill_tps:.0f} tok/s | accepted {self.accepted}/{self.drafted} ({accept}), "
-                f"tau {self.mean_accepted_length:.2f} | draft {self.draft_s * 1e3:.0f} ms, "
-                f"verify {self.verify_s * 1e3:.0f} ms, other {self.other_s * 1e3:.0f} ms")
+        guard = (f" | exact guard held {len(self.guard_gaps)} near-ties back ({self.guard_s * 1e3:.0f} ms)"
+                 if self.guard_gaps else "")
+        return (f"{self.generated} tok, {self.decode_tps:.1f} tok/s decode, speedup {self.speedup_text()} | "
+                f"prefill {self.prefill_tokens} tok {self.prefill_tps:.0f} tok/s | accepted "
+                f"{self.accepted}/{self.drafted} ({accept}), tau {self.mean_accepted_length:.2f} | draft "
+                f"{self.draft_s * 1e3:.0f} ms, verify {self.verify_s * 1e3:.0f} ms, other {self.other_s * 1e3:.0f} ms"
+                + guard)

@@ -106,6 +106,7 @@ class Verdict:
     accepted: int
     tokens: tuple[int, ...]  # accepted draft tokens followed by the target's own token
     path: tuple[int, ...] = ()  # indices in the draft of the accepted tokens (a tree's accepted branch)
+    held: bool = False  # the target's own token was left to a single-token step (localspec/exact_guard.py)
 
     @property
     def next_token(self) -> int:

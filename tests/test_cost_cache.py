@@ -24,13 +24,13 @@ def test_round_trip_and_one_file_per_key(tmp_path):
 def test_a_damaged_file_is_ignored_with_a_warning_and_replaced(tmp_path, capsys):
     cache = CostCache("key", tmp_path)
     cache.save(COSTS)
-    cache.path.write_text('{"version": 1, "key": "key", "costs": {"verify_s": {"1": -3}}}')
+    cache.path.write_text('{"version": 2, "key": "key", "data": {"verify_s": {"1": -3}}}')
     assert cache.load() == {}
     cache.path.write_text("{not json")
     assert cache.load() == {}
     assert "damaged cost cache" in capsys.readouterr().err
     cache.save(COSTS)
-    assert json.loads(cache.path.read_text())["costs"] == COSTS
+    assert json.loads(cache.path.read_text())["data"] == COSTS
 
 
 def test_loaded_costs_count_as_measured_but_yield_to_new_timings():

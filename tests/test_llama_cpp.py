@@ -10,6 +10,7 @@ from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.suffix import SuffixDrafter, SuffixParams
 from localspec.engine import generate
+from localspec.exact_guard import DEFAULT_MARGIN
 from localspec.registry import resolve_model
 from localspec.sampling import SamplingParams
 
@@ -49,9 +50,10 @@ def prompt_tokens(backend, text):
     return conv.prompt_tokens(backend, reserve=N)
 
 
-def greedy_run(backend, prompt, drafter):
+def greedy_run(backend, prompt, drafter, exact_guard=None, draft_tokens=K):
     backend.truncate(0)
-    return generate(backend, drafter, prompt, GREEDY, max_tokens=N, draft_tokens=K).tokens
+    return generate(backend, drafter, prompt, GREEDY, max_tokens=N, draft_tokens=draft_tokens,
+                    exact_guard=exact_guard).tokens
 
 
 def top2_gap(backend, context):
@@ -85,6 +87,22 @@ def test_speculative_greedy_equals_plain_greedy(backend, draft_backend, text):
                  for j in range(K + 1)]
     for label, drafter in drafters:
         assert_same_or_near_tie(backend, prompt, reference, greedy_run(backend, prompt, drafter), label)
+
+
+@pytest.mark.parametrize("text", PROMPTS)
+def test_with_the_exact_guard_greedy_output_is_plain_decodings_exactly(backend, draft_backend, text):
+    """The guard's default llama.cpp margin: no near-tie is decided inside a window, so every drafter, at a
+    fixed K and under the controller, gives plain decoding's tokens, ties included."""
+    prompt = prompt_tokens(backend, text)
+    reference = greedy_run(backend, prompt, NoDrafter())
+    margin = DEFAULT_MARGIN["llama.cpp"]
+    for label, make in (("ngram", lambda: NgramDrafter(1, 3)),
+                        ("suffix", lambda: SuffixDrafter(SuffixParams(max_spec_factor=2.0, min_token_prob=0.0), None)),
+                        ("draft", lambda: DraftModelDrafter(draft_backend, backend.vocab_size, backend.vocab_size))):
+        for k in (K, "auto"):
+            got = greedy_run(backend, prompt, make(), exact_guard=margin, draft_tokens=k)
+            assert got == reference, f"{label} K={k}: differs from plain at token " \
+                f"{next((i for i, (a, b) in enumerate(zip(reference, got)) if a != b), len(got))}"
 
 
 def test_truncate_and_continue_gives_the_logits_of_a_fresh_prefill(backend):

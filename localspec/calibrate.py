@@ -1,0 +1,113 @@
+"""`localspec calibrate`: measure the exact guard's near-tie margin for a model, backend and build.
+
+A plain greedy run (1-token steps, as plain decoding) records every position's top-1/top-2 gap; then the
+same tokens are fed again, teacher-forced, in windows of each size the controller verifies, whose KV rows
+are written by windows as in speculative decoding. The margin is twice the largest difference of a
+position's gap between the plain run and any windowed run, over at least MIN_POSITIONS positions. It is
+cached per Backend.cost_key() (model file, backend, build, threads); a backend with nothing cached uses
+exact_guard.DEFAULT_MARGIN.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from localspec.backends.base import Backend
+from localspec.cost_cache import KeyedCache
+from localspec.exact_guard import DEFAULT_MARGIN, top_gaps
+
+MIN_POSITIONS = 512
+WINDOWS = (2, 3, 5, 9, 17, 33, 65)  # verify windows (pending token + draft) the controller uses
+PER_PROMPT = 128  # most positions one prompt contributes
+PROMPTS = (
+    "Write a Python function that checks whether a string is a palindrome.",
+    "Explain in a few sentences why the sky is blue.",
+    "List five fruits and one fact about each.",
+    "Rewrite this sentence more formally: gonna grab food, back in 10.",
+    "What is the difference between a list and a tuple in Python?",
+    "Write a short story about a lighthouse keeper and a storm.",
+    "Return a JSON object with the fields name, age and city for a fictional person.",
+    "Summarise the causes of the French Revolution in three bullet points.",
+)
+
+
+class MarginCache(KeyedCache):
+    kind, what = "guard", "exact-guard margin"
+
+    def check(self, data: dict) -> None:
+        if not float(data["margin"]) > 0:
+            raise ValueError("a margin that is not positive")
+
+
+def margin_for(backend: Backend) -> tuple[float, str]:
+    """(margin, 'calibrated' | 'default') for this backend's model and build."""
+    saved = MarginCache(backend.cost_key()).load()
+    if saved:
+        return float(saved["margin"]), "calibrated"
+    return DEFAULT_MARGIN.get(backend.name, max(DEFAULT_MARGIN.values())), "default"
+
+
+def _plain_run(backend: Backend, prompt: Sequence[int], limit: int) -> tuple[list[int], list[float], list[int]]:
+    """Greedy 1-token steps: (tokens fed after the prompt's last, gap per position, argmax per position)."""
+    backend.truncate(0)
+    backend.prefill(list(prompt[:-1]))
+    token, fed, gaps, tops = prompt[-1], [], [], []
+    for _ in range(limit):
+        row = backend.forward([token]).logits[-1:]
+        gaps.append(float(top_gaps(row)[0]))
+        token = int(np.argmax(row[0]))
+        tops.append(token)
+        if token in backend.eog_tokens or len(prompt) + len(fed) + 2 >= backend.n_ctx:
+            break
+        fed.append(token)
+    return fed, gaps, tops
+
+
+def _windowed_run(backend: Backend, prompt: Sequence[int], fed: list[int], window: int) -> tuple[np.ndarray, np.ndarray]:
+    """The same positions, teacher-forced in windows of `window` tokens: (gaps, argmax) per position."""
+    backend.truncate(0)
+    backend.prefill(list(prompt[:-1]))
+    sequence = [prompt[-1], *fed]
+    rows = [backend.forward(sequence[i:i + window]).logits for i in range(0, len(sequence), window)]
+    logits = np.concatenate(rows)
+    return top_gaps(logits), np.argmax(logits, axis=1)
+
+
+def measure(backend: Backend, prompts: Sequence[Sequence[int]], windows: Sequence[int] = WINDOWS,
+            positions: int = MIN_POSITIONS, progress: Optional[Callable[[str], None]] = None) -> dict:
+    """The margin and what it rests on, from prompts (token ids) cycled until `positions` are measured."""
+    runs, total, i = [], 0, 0
+    while total < positions and i < 4 * len(prompts):
+        prompt = prompts[i % len(prompts)]
+        fed, gaps, tops = _plain_run(backend, prompt, min(PER_PROMPT, positions - total))
+        runs.append((prompt, fed, np.array(gaps), np.array(tops)))
+        total += len(gaps)
+        i += 1
+    if progress:
+        progress(f"plain run: {total} positions")
+    worst, flips = 0.0, 0
+    per_window = {}
+    for w in windows:
+        delta_w = 0.0
+        for prompt, fed, gaps, tops in runs:
+            w_gaps, w_tops = _windowed_run(backend, prompt, fed, w)
+            n = len(gaps)
+            delta_w = max(delta_w, float(np.max(np.abs(w_gaps[:n] - gaps))))
+            flips += int(np.sum(w_tops[:n] != tops))
+        per_window[w] = round(delta_w, 4)
+        worst = max(worst, delta_w)
+        if progress:
+            progress(f"window {w}: largest gap difference {delta_w:.3f}")
+    backend.truncate(0)
+    return {"margin": round(max(2 * worst, 1e-3), 4), "max_gap_difference": round(worst, 4),
+            "positions": total, "windows": list(windows), "per_window": per_window, "argmax_flips": flips}
+
+
+def calibrate(backend: Backend, progress: Optional[Callable[[str], None]] = None,
+              positions: int = MIN_POSITIONS) -> dict:
+    """Measure on the built-in prompts (chat-formatted) and cache the result for this backend."""
+    prompts = [backend.chat_tokens([{"role": "user", "content": p}]) for p in PROMPTS]
+    result = measure(backend, prompts, positions=positions, progress=progress)
+    MarginCache(backend.cost_key()).save(result)
+    return result

@@ -1,0 +1,86 @@
+"""The exact guard: at temperature 0, a window row whose top two logits are closer than the margin decides
+nothing, so batched rounding that flips near-ties cannot change greedy output."""
+import numpy as np
+import pytest
+
+from fakes import OracleDrafter, ScriptedBackend
+from localspec.calibrate import MarginCache, margin_for, measure
+from localspec.drafters.base import NoDrafter
+from localspec.engine import generate
+from localspec.exact_guard import DEFAULT_MARGIN, guard, top_gaps
+from localspec.sampling import SamplingParams
+from localspec.types import Draft, Verdict
+
+GREEDY = SamplingParams(temperature=0)
+EPS = 0.3  # how far batched rounding moves a logit in the fake
+
+
+class BatchedRounding(ScriptedBackend):
+    """A target whose verify windows round differently from its single-token steps: in a window of more
+    than one token, every row's runner-up gains EPS, which flips the ties closer than that."""
+
+    def forward(self, tokens, return_hidden=False):
+        out = super().forward(tokens, return_hidden)
+        if len(tokens) > 1:
+            rows = out.logits
+            runner_up = np.argsort(rows, axis=1)[:, -2]
+            rows[np.arange(len(rows)), runner_up] += EPS
+        return out
+
+
+def greedy_runs(margin, prompts=8):
+    same, fired = 0, 0
+    for p in range(prompts):
+        prompt = [p, (p * 5) % 12, 3]
+        plain = generate(BatchedRounding(seed=p), NoDrafter(), prompt, GREEDY, max_tokens=150).tokens
+        out = generate(BatchedRounding(seed=p), OracleDrafter(plain, len(prompt), 12), prompt, GREEDY,
+                       max_tokens=150, draft_tokens=6, exact_guard=margin)
+        same += out.tokens == plain
+        guard_stats = out.stats.to_dict()["exact_guard"]
+        fired += guard_stats["fired"] if guard_stats else 0
+        if guard_stats:
+            assert all(g < margin for g in guard_stats["gaps"])
+            assert guard_stats["forced_steps"] >= min(1, guard_stats["fired"])
+    return same, fired
+
+
+def test_greedy_output_equals_plain_with_the_guard_and_not_without():
+    without, _ = greedy_runs(None)
+    with_guard, fired = greedy_runs(2 * EPS)
+    assert with_guard == 8 and fired > 0
+    assert without < 8  # the fake really flips ties: without the guard some answers differ
+
+
+def test_the_guard_cuts_before_the_first_near_tie_row():
+    logits = np.array([[5.0, 1.0, 0.0], [2.0, 1.9, 0.0], [3.0, 0.0, 0.0], [4.0, 0.0, 0.0]])
+    verdict = Verdict(3, 3, (0, 0, 0, 0), (0, 1, 2))  # all three accepted, then the bonus token
+    cut, gap = guard(verdict, logits, margin=0.5)
+    assert cut.accepted == 1 and cut.tokens == (0,) and cut.held and gap == pytest.approx(0.1)
+    same, none = guard(verdict, logits, margin=0.05)
+    assert same is verdict and none is None
+    assert list(top_gaps(logits)) == pytest.approx([4.0, 0.1, 3.0, 4.0])
+
+
+def test_calibration_measures_twice_the_largest_gap_difference():
+    backend = BatchedRounding(seed=3)
+    result = measure(backend, [[1, 2, 3], [4, 5, 6]], windows=(2, 4), positions=64)
+    assert result["positions"] >= 64
+    # a window moves the runner-up by EPS: gaps shrink by EPS (or the order flips), never more than that
+    assert EPS * 0.99 <= result["max_gap_difference"] <= EPS + 1e-6
+    assert result["margin"] == pytest.approx(2 * result["max_gap_difference"], abs=1e-3)
+    assert result["argmax_flips"] > 0
+
+
+def test_a_cached_margin_is_keyed_by_model_backend_and_build(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    a, b = ScriptedBackend(), ScriptedBackend()
+    model_a, model_b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    model_a.write_bytes(b"GGUF a")
+    model_b.write_bytes(b"GGUF bb")
+    a.path, b.path = model_a, model_b
+    assert margin_for(a) == (max(DEFAULT_MARGIN.values()), "default")  # the scripted backend has no default
+    MarginCache(a.cost_key()).save({"margin": 0.7})
+    assert margin_for(a) == (0.7, "calibrated")
+    assert margin_for(b)[1] == "default"  # another model file
+    a.build_id = lambda: "another build"
+    assert margin_for(a)[1] == "default"

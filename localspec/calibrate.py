@@ -15,7 +15,7 @@ import numpy as np
 
 from localspec.backends.base import Backend
 from localspec.cost_cache import KeyedCache
-from localspec.exact_guard import DEFAULT_MARGIN, top_gaps
+from localspec.exact_guard import DEFAULT_MARGIN, Margins, top_gaps
 
 MIN_POSITIONS = 512
 WINDOWS = (2, 3, 5, 9, 17, 33, 65)  # verify windows (pending token + draft) the controller uses
@@ -40,12 +40,14 @@ class MarginCache(KeyedCache):
             raise ValueError("a margin that is not positive")
 
 
-def margin_for(backend: Backend) -> tuple[float, str]:
-    """(margin, 'calibrated' | 'default') for this backend's model and build."""
+def margin_for(backend: Backend) -> tuple[Margins, str]:
+    """(margins, 'calibrated' | 'default') for this backend's model and build: calibrated, twice the
+    largest gap difference seen at each window size; else the backend's default for every window."""
     saved = MarginCache(backend.cost_key()).load()
     if saved:
-        return float(saved["margin"]), "calibrated"
-    return DEFAULT_MARGIN.get(backend.name, max(DEFAULT_MARGIN.values())), "default"
+        per_window = {int(n): 2 * float(d) for n, d in saved.get("per_window", {}).items()}
+        return Margins(float(saved["margin"]), per_window), "calibrated"
+    return Margins(DEFAULT_MARGIN.get(backend.name, max(DEFAULT_MARGIN.values()))), "default"
 
 
 def _plain_run(backend: Backend, prompt: Sequence[int], limit: int) -> tuple[list[int], list[float], list[int]]:

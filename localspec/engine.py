@@ -19,7 +19,7 @@ from localspec.backends.base import Backend, Progress
 from localspec.baseline import PlainBaseline
 from localspec.drafters.base import Drafter
 from localspec.errors import ConfigError, ContextOverflow
-from localspec.exact_guard import guard
+from localspec.exact_guard import Margins, as_margins, guard
 from localspec.sampling import SamplingParams
 from localspec.speclen import AdaptiveK, FixedK, make_policy
 from localspec.stats import TurnStats
@@ -46,11 +46,12 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
                     stop: Sequence[str] = (),
                     rng: Optional[np.random.Generator] = None,
                     on_prefill: Progress = None, plain: Optional[PlainBaseline] = None,
-                    exact_guard: Optional[float] = None) -> Iterator[TokenEvent]:
+                    exact_guard: "Optional[float | Margins]" = None) -> Iterator[TokenEvent]:
     """Generate a continuation of ``prompt``, one event per target forward pass. ``draft_tokens`` is a
     fixed K, 'auto', or a policy object, and ``plain`` the plain-step timings the speedup is measured
     against (a session passes its own of both, so what it measured carries over). ``exact_guard``: at
-    temperature 0, the near-tie margin below which a window row decides nothing (None: no guard)."""
+    temperature 0, the near-tie margin (one number, or Margins per window size) below which a window row
+    decides nothing (None: no guard)."""
     policy = make_policy(draft_tokens)
     plain = plain if plain is not None else PlainBaseline()
     if max_tokens < 1:
@@ -63,8 +64,8 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
     check_capabilities(backend, drafter)
     rng = rng if rng is not None else np.random.default_rng()
     stats = TurnStats(prompt_tokens=len(prompt))
-    margin = exact_guard if sampling.greedy else None
-    stats.guard_margin = margin
+    margins = as_margins(exact_guard) if sampling.greedy else None
+    stats.guard_margin = None if margins is None else margins.describe()
     context = list(prompt)
     reuse = common_prefix(backend.cached_tokens, context[:-1])
     if drafter.needs_hidden_states:  # a feature-fed drafter needs at least the last prompt token's features
@@ -114,7 +115,8 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
                 out = backend.forward([context[-1], *draft.tokens], return_hidden=need_hidden)
             verdict = verify_draft(draft, out.logits, sampling, rng, stats.rules)
             forced, gap = held, None
-            if margin is not None and len(draft):
+            margin = margins.at(len(draft) + 1) if margins is not None and len(draft) else 0.0
+            if margin > 0:
                 verdict, gap = guard(verdict, out.logits, margin)
             held = verdict.held
             if tree:
@@ -159,7 +161,7 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
             last_end = now
             stats.plain = plain.at(len(prompt) + stats.generated // 2)  # the turn's mean context length
             policy.record(max(draft.depths(), default=0), verdict.accepted, emitted, drafting, t2 - t1,
-                          now - t0 - drafter.catchup_s, held)
+                          now - t0 - drafter.catchup_s)
             stats.decode_s = now - started
             yield TokenEvent(tuple(emitted), text, from_draft, stats, finish, min(draft_chars, len(text)))
         if features is not None:  # the last step's features: a feature-fed drafter keeps its cache whole

@@ -6,7 +6,9 @@ Qwen2.5-Coder-1.5B). Where the top two candidates are closer than that, the wind
 plain decoding's. The guard takes no token from a window row whose top-1/top-2 gap is below the margin:
 the step keeps what the rows before it decided and the next step, a single-token one as plain decoding's,
 decides that position. The margin comes from `localspec calibrate` (cached per model file, backend and
-build), else the backend's default below.
+build), per window size — on this project's CPU build windows of up to 33 tokens computed exactly what
+single steps do and only wider ones differed, so there the guard costs nothing below 34 —, else the
+backend's default below for every window.
 """
 from __future__ import annotations
 
@@ -18,6 +20,35 @@ import numpy as np
 from localspec.types import Verdict
 
 DEFAULT_MARGIN = {"llama.cpp": 2.6, "torch": 0.05, "mlx": 0.5}  # logits; llama.cpp: 2 x the 1.3 measured
+
+
+class Margins:
+    """The near-tie margin per verify window size: calibrated per size (a window uses the margin of the
+    smallest calibrated size at least as wide, the widest beyond them), or one value for all."""
+
+    def __init__(self, flat: float = 0.0, per_window: Optional[dict[int, float]] = None) -> None:
+        self.flat = flat
+        self.sizes = sorted(per_window or {})
+        self.per_window = {int(n): float(m) for n, m in (per_window or {}).items()}
+
+    def at(self, window: int) -> float:
+        if not self.sizes:
+            return self.flat
+        for n in self.sizes:
+            if n >= window:
+                return self.per_window[n]
+        return self.per_window[self.sizes[-1]]
+
+    def describe(self):
+        """A float (one margin for every window) or {window size: margin}."""
+        return {str(n): self.per_window[n] for n in self.sizes} if self.sizes else self.flat
+
+
+def as_margins(value) -> Optional[Margins]:
+    """None (no guard), a number (that margin for every window) or Margins."""
+    if value is None or isinstance(value, Margins):
+        return value
+    return Margins(float(value))
 
 
 def top_gaps(rows: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ from localspec.cost_cache import CostCache, cache_disabled
 from localspec.drafters import DrafterOptions, check_drafter_name, make_drafter
 from localspec.drafters.base import Drafter
 from localspec.engine import stream_generate
+from localspec.exact_guard import Margins
 from localspec.registry import ModelEntry, load_registry, model_entry, resolve_model
 from localspec.sampling import SamplingParams
 from localspec.speclen import AdaptiveK, FixedK, make_policy
@@ -34,7 +35,9 @@ class Session:
     drafter_options: DrafterOptions = field(default_factory=DrafterOptions)
     costs: Optional[CostCache] = None  # the measured verify-cost curve on disk (None: not kept)
     plain: PlainBaseline = field(default_factory=PlainBaseline)  # what the speedup is measured against
-    exact_guard: Optional[float] = None  # the near-tie margin at temperature 0 (None: no guard)
+    exact_guard: Optional[Margins] = None  # the near-tie margins at temperature 0 (None: no guard)
+    exact_guard_source: str = ""  # 'calibrated' or 'default'
+
 
     @classmethod
     def from_args(cls, args, on_load=None) -> "Session":
@@ -58,7 +61,7 @@ class Session:
         session.costs = CostCache(None if cache_disabled() else backend.cost_key())
         if not getattr(args, "no_exact_guard", False):
             from localspec.calibrate import margin_for
-            session.exact_guard = margin_for(backend)[0]
+            session.exact_guard, session.exact_guard_source = margin_for(backend)
         session.speclen = session.new_policy(speclen)
         return session
 
@@ -95,7 +98,8 @@ class Session:
         about = self.drafter.describe()
         text += f" · drafter {self.drafter.name}{f' ({about})' if about else ''}, {self.speclen.label}"
         if self.exact_guard is not None and self.sampling.greedy:
-            text += f" · exact guard {self.exact_guard:g}"
+            text += f" · exact guard ({self.exact_guard_source}"
+            text += ", `localspec calibrate` measures it)" if self.exact_guard_source == "default" else ")"
         return text
 
     def draft_model(self) -> Optional[str]:

@@ -24,7 +24,7 @@ class TurnStats:
     drafter: dict = field(default_factory=dict)  # the drafter's own figures
     speclen: dict = field(default_factory=dict)  # how K was chosen (fixed, or the controller's figures)
     plain: Optional[PlainSpeed] = None  # in-session plain decoding near the current context length
-    guard_margin: Optional[float] = None  # the exact guard's near-tie margin (None: off)
+    guard_margin: "Optional[float | dict]" = None  # the exact guard's margin, or margins per window (None: off)
     guard_gaps: list = field(default_factory=list)  # the top-1/top-2 gap of each row it held back
     guard_steps: int = 0  # single-token steps it forced
     guard_s: float = 0.0  # and their time

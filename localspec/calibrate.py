@@ -15,12 +15,14 @@ import numpy as np
 
 from localspec.backends.base import Backend
 from localspec.cost_cache import KeyedCache
-from localspec.exact_guard import DEFAULT_MARGIN, Margins, top_gaps
+from localspec.exact_guard import DEFAULT_MARGIN, top_gaps
 
 MIN_POSITIONS = 512
 WINDOWS = (2, 3, 5, 9, 17, 33, 65)  # verify windows (pending token + draft) the controller uses
 PER_PROMPT = 128  # most positions one prompt contributes
-PROMPTS = (
+PROMPTS = (  # the first is measured always: past 256 tokens llama.cpp's 1-token attention takes another kernel
+    "Add a docstring to each function:\n" + "\n".join(f"def scale_{i}(x):\n    return x * {i} + {i * 7 % 10}"
+                                                      for i in range(30)),
     "Write a Python function that checks whether a string is a palindrome.",
     "Explain in a few sentences why the sky is blue.",
     "List five fruits and one fact about each.",
@@ -40,16 +42,16 @@ class MarginCache(KeyedCache):
             raise ValueError("a margin that is not positive")
 
 
-def margin_for(backend: Backend) -> tuple[Margins, str]:
-    """(margins, 'calibrated' | 'default') for this backend's model and build: calibrated, twice the
+def margin_for(backend: Backend) -> tuple[float, str]:
+    """(margin, 'calibrated' | 'default') for this backend's model and build: calibrated, twice the
     largest gap difference seen at any window size, for every window; else the backend's default.
     Not per window size: SmolLM2's windows of 2-33 tokens calibrated at a difference of 0.000, yet
     speculative runs diverged from plain there (rolled-back KV cells, longer contexts: what teacher-forced
     windows do not exercise), so one window size's calibration does not vouch for it."""
     saved = MarginCache(backend.cost_key()).load()
     if saved:
-        return Margins(float(saved["margin"])), "calibrated"
-    return Margins(DEFAULT_MARGIN.get(backend.name, max(DEFAULT_MARGIN.values()))), "default"
+        return float(saved["margin"]), "calibrated"
+    return DEFAULT_MARGIN.get(backend.name, max(DEFAULT_MARGIN.values())), "default"
 
 
 def _plain_run(backend: Backend, prompt: Sequence[int], limit: int) -> tuple[list[int], list[float], list[int]]:
@@ -80,7 +82,10 @@ def _windowed_run(backend: Backend, prompt: Sequence[int], fed: list[int], windo
 
 def measure(backend: Backend, prompts: Sequence[Sequence[int]], windows: Sequence[int] = WINDOWS,
             positions: int = MIN_POSITIONS, progress: Optional[Callable[[str], None]] = None) -> dict:
-    """The margin and what it rests on, from prompts (token ids) cycled until `positions` are measured."""
+    """The margin and what it rests on, from prompts (token ids) cycled until `positions` are measured.
+    A backend with batch-invariant kernels is measured with them: its gap differences should be 0."""
+    invariant = backend.capabilities.batch_invariant
+    backend.set_batch_invariant(invariant)
     runs, total, i = [], 0, 0
     while total < positions and i < 4 * len(prompts):
         prompt = prompts[i % len(prompts)]
@@ -105,6 +110,7 @@ def measure(backend: Backend, prompts: Sequence[Sequence[int]], windows: Sequenc
             progress(f"window {w}: largest gap difference {delta_w:.3f}")
     backend.truncate(0)
     return {"margin": round(max(2 * worst, 1e-3), 4), "max_gap_difference": round(worst, 4),
+            "kernels": "batch-invariant" if invariant else "default",
             "positions": total, "windows": list(windows), "per_window": per_window, "argmax_flips": flips}
 
 

@@ -19,7 +19,7 @@ from localspec.backends.base import Backend, Progress
 from localspec.baseline import PlainBaseline
 from localspec.drafters.base import Drafter
 from localspec.errors import ConfigError, ContextOverflow
-from localspec.exact_guard import Margins, as_margins, guard
+from localspec.exact_guard import exact_mode, guard
 from localspec.sampling import SamplingParams
 from localspec.speclen import AdaptiveK, FixedK, make_policy
 from localspec.stats import TurnStats
@@ -46,12 +46,12 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
                     stop: Sequence[str] = (),
                     rng: Optional[np.random.Generator] = None,
                     on_prefill: Progress = None, plain: Optional[PlainBaseline] = None,
-                    exact_guard: "Optional[float | Margins]" = None) -> Iterator[TokenEvent]:
+                    exact_guard: Optional[float] = None) -> Iterator[TokenEvent]:
     """Generate a continuation of ``prompt``, one event per target forward pass. ``draft_tokens`` is a
     fixed K, 'auto', or a policy object, and ``plain`` the plain-step timings the speedup is measured
     against (a session passes its own of both, so what it measured carries over). ``exact_guard``: at
-    temperature 0, the near-tie margin (one number, or Margins per window size) below which a window row
-    decides nothing (None: no guard)."""
+    temperature 0, the near-tie margin below which a window row decides nothing, on a backend without
+    batch-invariant kernels (None: no guard, and the backend's fast kernels)."""
     policy = make_policy(draft_tokens)
     plain = plain if plain is not None else PlainBaseline()
     if max_tokens < 1:
@@ -64,8 +64,9 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
     check_capabilities(backend, drafter)
     rng = rng if rng is not None else np.random.default_rng()
     stats = TurnStats(prompt_tokens=len(prompt))
-    margins = as_margins(exact_guard) if sampling.greedy else None
-    stats.guard_margin = None if margins is None else margins.describe()
+    invariant, margin = exact_mode(backend, sampling, exact_guard)
+    backend.set_batch_invariant(invariant)
+    stats.guard_margin, stats.guard_kernels = margin, invariant
     context = list(prompt)
     reuse = common_prefix(backend.cached_tokens, context[:-1])
     if drafter.needs_hidden_states:  # a feature-fed drafter needs at least the last prompt token's features
@@ -115,8 +116,7 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
                 out = backend.forward([context[-1], *draft.tokens], return_hidden=need_hidden)
             verdict = verify_draft(draft, out.logits, sampling, rng, stats.rules)
             forced, gap = held, None
-            margin = margins.at(len(draft) + 1) if margins is not None and len(draft) else 0.0
-            if margin > 0:
+            if margin and len(draft):
                 verdict, gap = guard(verdict, out.logits, margin)
             held = verdict.held
             if tree:

@@ -15,7 +15,7 @@ from localspec.cost_cache import CostCache, cache_disabled
 from localspec.drafters import DrafterOptions, check_drafter_name, make_drafter
 from localspec.drafters.base import Drafter
 from localspec.engine import stream_generate
-from localspec.exact_guard import Margins
+from localspec.exact_guard import exact_mode
 from localspec.registry import ModelEntry, load_registry, model_entry, resolve_model
 from localspec.sampling import SamplingParams
 from localspec.speclen import AdaptiveK, FixedK, make_policy
@@ -35,8 +35,9 @@ class Session:
     drafter_options: DrafterOptions = field(default_factory=DrafterOptions)
     costs: Optional[CostCache] = None  # the measured verify-cost curve on disk (None: not kept)
     plain: PlainBaseline = field(default_factory=PlainBaseline)  # what the speedup is measured against
-    exact_guard: Optional[Margins] = None  # the near-tie margins at temperature 0 (None: no guard)
+    exact_guard: Optional[float] = None  # the near-tie margin at temperature 0 (None: no guard)
     exact_guard_source: str = ""  # 'calibrated' or 'default'
+    kernels_invariant: bool = False  # the kernels the cost curve in `costs` was measured with
 
 
     @classmethod
@@ -48,8 +49,9 @@ class Session:
         entry = model_entry(args.model, registry)
         backend_name = getattr(args, "backend", None) or choose_backend(args.model, entry)
         name, path = resolve_model(args.model, registry, backend=backend_name)
+        guarded = not getattr(args, "no_exact_guard", False)
         backend = load_backend(backend_name, path, n_ctx=args.ctx, n_threads=args.threads,
-                               n_gpu_layers=args.gpu_layers, on_load=on_load)
+                               n_gpu_layers=args.gpu_layers, on_load=on_load, batch_invariant=guarded)
         options = drafter_options(args, entry, registry)
         try:
             drafter = make_drafter(args.drafter, backend, options)
@@ -58,25 +60,50 @@ class Session:
             raise
         session = cls(backend, drafter, sampling, name, args.max_tokens, speclen, tuple(args.stop),
                       np.random.default_rng(args.seed), options)
-        session.costs = CostCache(None if cache_disabled() else backend.cost_key())
-        if not getattr(args, "no_exact_guard", False):
+        if guarded:
             from localspec.calibrate import margin_for
             session.exact_guard, session.exact_guard_source = margin_for(backend)
+        session.kernels_invariant = session.invariant_now()
+        session.costs = session.cost_cache(session.kernels_invariant)
         session.speclen = session.new_policy(speclen)
         return session
 
-    def new_policy(self, draft_tokens) -> "FixedK | AdaptiveK":
+    def invariant_now(self) -> bool:
+        """Whether this turn runs batch-invariant kernels (greedy, guarded, and the backend has them)."""
+        return exact_mode(self.backend, self.sampling, self.exact_guard)[0]
+
+    def cost_cache(self, invariant: bool) -> CostCache:
+        """The verify-cost curve on disk for the backend and the kernels in use: batch-invariant windows
+        cost more than the default kernels' (localspec/backends/llama_cpp_exact.py), so each has its own."""
+        key = None if cache_disabled() else self.backend.cost_key()
+        if key is not None and invariant:
+            key += "|batch-invariant kernels"
+        return CostCache(key)
+
+    def _follow_kernels(self) -> None:
+        """A temperature change can switch the kernels: the controller then plans on their cost curve."""
+        invariant = self.invariant_now()
+        if invariant == self.kernels_invariant:
+            return
+        self.save_costs()
+        self.kernels_invariant = invariant
+        self.costs = self.cost_cache(invariant)
+        self.speclen.swap_costs(self.costs.load())
+
+    def new_policy(self, draft_tokens, costs: Optional[CostCache] = None) -> "FixedK | AdaptiveK":
         """A speculation-length policy; an adaptive one starts from the cost curve measured on this machine
-        in earlier sessions."""
+        in earlier sessions (``costs``, else the session's)."""
         policy = make_policy(draft_tokens)
-        if isinstance(policy, AdaptiveK) and self.costs is not None:
-            policy.load_costs(self.costs.load())
+        costs = costs or self.costs
+        if isinstance(policy, AdaptiveK) and costs is not None:
+            policy.load_costs(costs.load())
         return policy
 
     def answer(self, conversation: Conversation, on_prefill: Progress = None) -> Iterator[TokenEvent]:
         """Stream the assistant's answer to the conversation's last user message. The caller adds the
         answer to the conversation (so an interrupted answer can be kept, too)."""
         prompt = conversation.prompt_tokens(self.backend, reserve=self.max_tokens)
+        self._follow_kernels()
         try:
             yield from stream_generate(self.backend, self.drafter, prompt, self.sampling,
                                        max_tokens=self.max_tokens, draft_tokens=self.speclen, stop=self.stop,
@@ -97,7 +124,9 @@ class Session:
             text += f" + draft {draft}"
         about = self.drafter.describe()
         text += f" · drafter {self.drafter.name}{f' ({about})' if about else ''}, {self.speclen.label}"
-        if self.exact_guard is not None and self.sampling.greedy:
+        if self.invariant_now():
+            text += " · exact: batch-invariant kernels"
+        elif self.exact_guard is not None and self.sampling.greedy:
             text += f" · exact guard ({self.exact_guard_source}"
             text += ", `localspec calibrate` measures it)" if self.exact_guard_source == "default" else ")"
         return text

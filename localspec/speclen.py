@@ -105,6 +105,9 @@ class FixedK:
     def costs(self) -> dict:
         return {}
 
+    def swap_costs(self, saved: dict) -> None:
+        pass
+
     def figures(self) -> dict:
         return {"mode": "fixed", "k": self.max_k}
 
@@ -441,6 +444,11 @@ class AdaptiveK:
         """What to persist: seconds and measurement count per window size."""
         return {"verify_s": {str(n): s for n, s in sorted(self._verify.items())},
                 "count": {str(n): self._verify_n[n] for n in sorted(self._verify)}}
+
+    def swap_costs(self, saved: dict) -> None:
+        """Plan on another verify-cost curve (``saved``, possibly empty) from now on: the kernels changed."""
+        self._verify, self._verify_n, self._curve, self._stale, self._loaded = {}, {}, None, set(), 0
+        self.load_costs(saved)
 
     def load_costs(self, saved: dict) -> None:
         """Start from an earlier session's curve; each size counts as at most MEASURED measurements, so new

@@ -24,7 +24,8 @@ class TurnStats:
     drafter: dict = field(default_factory=dict)  # the drafter's own figures
     speclen: dict = field(default_factory=dict)  # how K was chosen (fixed, or the controller's figures)
     plain: Optional[PlainSpeed] = None  # in-session plain decoding near the current context length
-    guard_margin: "Optional[float | dict]" = None  # the exact guard's margin, or margins per window (None: off)
+    guard_kernels: bool = False  # the exact guard ran batch-invariant kernels (no margin needed)
+    guard_margin: Optional[float] = None  # the exact guard's near-tie margin (None: none)
     guard_gaps: list = field(default_factory=list)  # the top-1/top-2 gap of each row it held back
     guard_steps: int = 0  # single-token steps it forced
     guard_s: float = 0.0  # and their time
@@ -115,8 +116,8 @@ class TurnStats:
             "drafter": dict(self.drafter),
             "speclen": dict(self.speclen),
             "acceptance_rules": self.rule_comparison(),
-            "exact_guard": None if self.guard_margin is None else {
-                "margin": self.guard_margin, "fired": len(self.guard_gaps),
+            "exact_guard": None if self.guard_margin is None and not self.guard_kernels else {
+                "kernels": "batch-invariant" if self.guard_kernels else "default", "margin": self.guard_margin, "fired": len(self.guard_gaps),
                 "gaps": [round(g, 3) for g in self.guard_gaps], "forced_steps": self.guard_steps,
                 "forced_s": round(self.guard_s, 4)},
             "speedup": None if self.speedup is None else round(self.speedup, 3),

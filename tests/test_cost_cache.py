@@ -1,6 +1,7 @@
 """The controller's verify-cost curve on disk: kept per machine/model key, reused by the next session,
 a damaged file ignored with a warning."""
 import json
+from dataclasses import replace
 
 from fakes import ScriptedBackend
 from localspec.chat import Conversation
@@ -75,3 +76,38 @@ def test_a_curve_saved_on_a_busier_machine_is_rescaled_by_the_first_new_timing()
     assert abs(ctl.verify_cost(17) - 0.40) < 1e-9 and abs(ctl.verify_cost(9) - 0.30) < 1e-9
     ctl.record(0, 0, [1], 0.0, 0.05, 0.05)
     assert abs(ctl.verify_cost(17) - 0.40) < 1e-9  # once: later timings only move their own size
+
+
+def test_greedy_and_sampled_turns_plan_on_their_own_kernels_cost_curves(tmp_path, monkeypatch):
+    """A backend with batch-invariant kernels runs them in greedy turns only (the exact guard), and their
+    windows cost more: a temperature change swaps the controller onto the other kernels' curve, each kept
+    on disk under its own key."""
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+
+    class Invariant(ScriptedBackend):
+        capabilities = replace(ScriptedBackend.capabilities, batch_invariant=True)
+        switched: list = []
+
+        def set_batch_invariant(self, on):
+            self.switched.append(on)
+
+    backend = Invariant(vocab_size=20)
+    backend.path = model
+    session = Session(backend, NgramDrafter(), SamplingParams(temperature=0.8), "scripted", max_tokens=20,
+                      exact_guard=0.5)
+    session.costs = session.cost_cache(False)
+    session.speclen = session.new_policy("auto")
+    conv = Conversation()
+    conv.add("user", "hello")
+    list(session.answer(conv))
+    assert backend.switched[-1] is False and not session.kernels_invariant
+    sampled_key = session.costs.key
+    session.sampling = SamplingParams(temperature=0)
+    list(session.answer(conv))
+    assert backend.switched[-1] is True and session.kernels_invariant
+    assert session.costs.key != sampled_key and "batch-invariant" in session.costs.key
+    assert CostCache(sampled_key).load()["verify_s"], "the sampled turn's curve was saved before the swap"
+    assert session.costs.load()["verify_s"]
+    assert "batch-invariant kernels" in session.load_report()

@@ -1,5 +1,7 @@
 """The exact guard: at temperature 0, a window row whose top two logits are closer than the margin decides
 nothing, so batched rounding that flips near-ties cannot change greedy output."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -7,7 +9,7 @@ from fakes import OracleDrafter, ScriptedBackend
 from localspec.calibrate import MarginCache, margin_for, measure
 from localspec.drafters.base import NoDrafter
 from localspec.engine import generate
-from localspec.exact_guard import DEFAULT_MARGIN, Margins, guard, top_gaps
+from localspec.exact_guard import DEFAULT_MARGIN, exact_mode, guard, top_gaps
 from localspec.sampling import SamplingParams
 from localspec.types import Draft, Verdict
 
@@ -78,27 +80,20 @@ def test_a_cached_margin_is_keyed_by_model_backend_and_build(tmp_path, monkeypat
     model_a.write_bytes(b"GGUF a")
     model_b.write_bytes(b"GGUF bb")
     a.path, b.path = model_a, model_b
-    margins, source = margin_for(a)
-    assert (margins.at(5), source) == (max(DEFAULT_MARGIN.values()), "default")  # no default of its own
+    assert margin_for(a) == (max(DEFAULT_MARGIN.values()), "default")  # no default of its own
     MarginCache(a.cost_key()).save({"margin": 0.7, "per_window": {"3": 0.0, "17": 0.1, "65": 0.35}})
-    margins, source = margin_for(a)
-    assert source == "calibrated" and margins.describe() == 0.7  # the largest, for every window size
+    assert margin_for(a) == (0.7, "calibrated")  # the largest, for every window size
     assert margin_for(b)[1] == "default"  # another model file
     a.build_id = lambda: "another build"
     assert margin_for(a)[1] == "default"
 
 
-def test_margins_per_window_size_use_the_next_calibrated_size():
-    margins = Margins(per_window={2: 0.0, 33: 0.0, 65: 1.3})
-    assert [margins.at(n) for n in (2, 5, 33, 34, 65, 200)] == [0.0, 0.0, 0.0, 1.3, 1.3, 1.3]
-    assert Margins(0.4).at(9) == 0.4 and Margins(0.4).describe() == 0.4
-
-
-def test_a_window_whose_size_calibrated_exact_is_not_guarded():
-    """Margins of 0 up to 8-token windows: a drafter verifying at most 7 tokens is never cut, even on the
-    fake that flips ties, so the output may differ there — the calibration said it would not."""
-    prompt = [1, 5, 3]
-    plain = generate(BatchedRounding(seed=1), NoDrafter(), prompt, GREEDY, max_tokens=150).tokens
-    out = generate(BatchedRounding(seed=1), OracleDrafter(plain, len(prompt), 12), prompt, GREEDY,
-                   max_tokens=150, draft_tokens=6, exact_guard=Margins(per_window={8: 0.0, 65: 2 * EPS}))
-    assert out.stats.to_dict()["exact_guard"]["fired"] == 0
+def test_a_batch_invariant_backend_needs_no_margin_and_only_greedy_turns_get_its_kernels():
+    class Invariant(ScriptedBackend):
+        capabilities = replace(ScriptedBackend.capabilities, batch_invariant=True)
+    sampled = SamplingParams(temperature=0.8)
+    assert exact_mode(Invariant(), GREEDY, 0.5) == (True, None)
+    assert exact_mode(Invariant(), sampled, 0.5) == (False, None)
+    assert exact_mode(Invariant(), GREEDY, None) == (False, None)  # --no-exact-guard: the fast kernels
+    assert exact_mode(ScriptedBackend(), GREEDY, 0.5) == (False, 0.5)
+    assert exact_mode(ScriptedBackend(), sampled, 0.5) == (False, None)

@@ -22,6 +22,7 @@ class Capabilities:
     can_truncate: bool = True
     hidden_states: bool = False
     tree_attention: bool = False
+    batch_invariant: bool = False  # set_batch_invariant(True) makes a window's rows equal 1-token steps' bit for bit
 
 
 class Backend:
@@ -110,6 +111,9 @@ class Backend:
     def forward(self, tokens: Sequence[int], return_hidden: bool = False) -> ForwardOut:
         """Append ``tokens`` to the cache and return logits for exactly these positions."""
         raise NotImplementedError
+
+    def set_batch_invariant(self, on: bool) -> None:
+        """Compute verify windows exactly as 1-token steps from now on (backends with that capability)."""
 
     # -- resources ------------------------------------------------------------------------------------
     def build_id(self) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from dataclasses import replace
 from collections import deque
 from functools import lru_cache
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from localspec.backends.base import Backend, Capabilities, Progress
+from localspec.backends.llama_cpp_exact import cpu_reference_mode
 from localspec.cpus import default_threads
 from localspec.errors import ConfigError, ContextOverflow, ModelError
 from localspec.types import ForwardOut
@@ -84,19 +86,23 @@ class LlamaCppBackend(Backend):
 
     def __init__(self, path, *, n_ctx: Optional[int] = None, n_threads: Optional[int] = None,
                  n_gpu_layers: int = 0, n_batch: int = 512, extra_buffers: Optional[bool] = None,
-                 on_load: Optional[Callable[[float], None]] = None, vocab_only: bool = False) -> None:
+                 on_load: Optional[Callable[[float], None]] = None, vocab_only: bool = False,
+                 batch_invariant: bool = False) -> None:
         """vocab_only: load the tokenizer and metadata, no weights and no context (a tokenizer for other
-        backends reading the same GGUF)."""
+        backends reading the same GGUF). batch_invariant: weights stay unrepacked, so that
+        ``set_batch_invariant(True)`` can make verify windows compute as 1-token steps
+        (localspec/backends/llama_cpp_exact.py); the capability is reported where this build allows it."""
         super().__init__()
         self.path = check_gguf(path)
         lib = self._lib = _lib()
-        self._model = self._ctx = self._batch = None
+        self._model = self._ctx = self._batch = self._reference = None
+        self._invariant = False
         mparams = lib.llama_model_default_params()
         mparams.n_gpu_layers = self._gpu_layers = n_gpu_layers
         mparams.vocab_only = vocab_only
         if extra_buffers is not None:
             mparams.use_extra_bufts = extra_buffers
-        elif avoid_amx_buffers():
+        elif batch_invariant or avoid_amx_buffers():  # repacked weights compute 1 and 4+ tokens differently
             mparams.use_extra_bufts = False
         if on_load is not None:
             def report(fraction: float, user_data) -> bool:
@@ -105,6 +111,7 @@ class LlamaCppBackend(Backend):
             self._progress = lib.llama_progress_callback(report)
             mparams.progress_callback = self._progress
         _LOG_LINES.clear()
+        self._repack = bool(mparams.use_extra_bufts)
         self._model = lib.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
             raise ModelError(f"llama.cpp could not load {self.path}: {_last_error()}; the file may be "
@@ -133,6 +140,13 @@ class LlamaCppBackend(Backend):
                              f"{_last_error()}; try a smaller --ctx")
         self._mem = lib.llama_get_memory(self._ctx)
         self._batch = lib.llama_batch_init(self.n_batch, 0, 1)
+        if batch_invariant and not mparams.use_extra_bufts:
+            self._reference = cpu_reference_mode(self._ctx)
+            if self._reference is not None:
+                self.capabilities = replace(self.capabilities, batch_invariant=True)
+
+    def set_batch_invariant(self, on: bool) -> None:
+        self._invariant = on and self._reference is not None
 
     def _init_vocab(self) -> None:
         lib = self._lib
@@ -225,6 +239,8 @@ class LlamaCppBackend(Backend):
         start = len(self._tokens)
         if start + len(tokens) > self.n_ctx:
             raise ContextOverflow(f"the context is full ({self.n_ctx} tokens); start a new chat or raise --ctx")
+        if self._reference is not None:  # prefills keep the fast kernels; plain and speculative prefill alike
+            self._reference.set(logits and self._invariant)
         batch = self._batch
         batch.n_tokens = len(tokens)
         for i, token in enumerate(tokens):
@@ -247,7 +263,7 @@ class LlamaCppBackend(Backend):
         lib = self._lib
         info = lib.llama_print_system_info().decode(errors="replace")
         return (f"llama-cpp-python {getattr(lib, '__version__', '?')} [{info.strip()}] threads {self.n_threads} "
-                f"gpu_layers {self._gpu_layers} batch {self.n_batch}")
+                f"gpu_layers {self._gpu_layers} batch {self.n_batch} repack {'on' if self._repack else 'off'}")
 
     def memory_bytes(self) -> int:
         return int(self._lib.llama_model_size(self._model)) if self._model else 0

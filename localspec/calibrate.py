@@ -121,3 +121,29 @@ def calibrate(backend: Backend, progress: Optional[Callable[[str], None]] = None
     result = measure(backend, prompts, positions=positions, progress=progress)
     MarginCache(backend.cost_key()).save(result)
     return result
+
+
+def window_differences(backend: Backend, prompt: Sequence[int], steps: int, windows: Sequence[int],
+                       rollback: bool = False) -> dict[int, float]:
+    """Largest |logit difference| between 1-token steps and teacher-forced windows of each size over the
+    same positions (0.0: bit-identical); rollback: each window keeps only its first 2 positions, as a
+    rejected draft does. A check of batch-invariant kernels (tests, benchmarks/kernel_costs.py)."""
+    backend.truncate(0)
+    backend.prefill(prompt[:-1])
+    token, rows, sequence = prompt[-1], [], [prompt[-1]]
+    for _ in range(steps):
+        rows.append(backend.forward([token]).logits[0])
+        token = int(np.argmax(rows[-1]))
+        sequence.append(token)
+    plain, worst = np.array(rows), {}
+    for w in windows:
+        backend.truncate(len(prompt) - 1)
+        got, i = [], 0
+        while i < steps:
+            out = backend.forward(sequence[i:i + w]).logits
+            keep = min(2, len(out)) if rollback else len(out)
+            got.append(out[:keep])
+            backend.truncate(len(prompt) - 1 + i + keep)
+            i += keep
+        worst[w] = float(np.max(np.abs(np.concatenate(got)[:steps] - plain)))
+    return worst

@@ -52,8 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--suffix-factor", type=float, help="suffix drafter: draft at most factor x match length (4.0)")
     g.add_argument("--suffix-offset", type=float, help="suffix drafter: ... plus this many tokens (-2: matches under 3 tokens draft nothing)")
     g.add_argument("--no-exact-guard", action="store_true",
-                   help="at temperature 0, also take near-tie positions from verify windows (faster, but the "
-                        "output may differ from plain decoding where llama.cpp's batched rounding flips a tie)")
+                   help="at temperature 0, run the backend's fastest kernels and take near-ties from verify "
+                        "windows (wide windows cost less, but the output may differ from plain decoding where "
+                        "batched rounding flips a tie)")
     g.add_argument("--suffix-cache-tokens", type=int,
                    help="suffix drafter: bound of the cache of past answers on disk (200000; 0 turns it off)")
     g = common.add_argument_group("sampling (llama.cpp's defaults; --temperature 0 is greedy)")
@@ -98,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(temperature=0.0)  # benchmarks are greedy unless asked otherwise
 
     cal = sub.add_parser("calibrate", parents=[common],
-                         help="measure the exact guard's near-tie margin for this model and build (cached)")
+                         help="measure how verify windows round against 1-token steps for this model and build: the "
+                              "exact guard's near-tie margin, or a check of batch-invariant kernels (cached)")
     cal.add_argument("--positions", type=int, default=512, help="positions to measure (512)")
 
     pull = sub.add_parser("pull", help="download a model (and its recommended draft and EAGLE head) into the "

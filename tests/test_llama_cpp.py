@@ -4,6 +4,7 @@ import pytest
 
 from fakes import OracleDrafter, RandomDrafter
 from localspec.backends.llama_cpp import LlamaCppBackend, avoid_amx_buffers
+from localspec.calibrate import window_differences
 from localspec.chat import Conversation
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
@@ -76,30 +77,6 @@ def test_speculative_greedy_equals_plain_greedy(backend, draft_backend, text):
     for label, drafter in drafters:
         got = greedy_run(backend, prompt, drafter)
         assert got == reference, f"{label}: differs from plain at token {first_difference(reference, got)}"
-
-
-def window_differences(backend, prompt, steps, windows, rollback=False):
-    """Largest |logit difference| between 1-token steps and teacher-forced windows of each size over the
-    same positions; rollback: each window keeps only its first 2 positions, as a rejected draft does."""
-    backend.truncate(0)
-    backend.prefill(prompt[:-1])
-    token, rows, sequence = prompt[-1], [], [prompt[-1]]
-    for _ in range(steps):
-        rows.append(backend.forward([token]).logits[0])
-        token = int(np.argmax(rows[-1]))
-        sequence.append(token)
-    plain, worst = np.array(rows), {}
-    for w in windows:
-        backend.truncate(len(prompt) - 1)
-        got, i = [], 0
-        while i < steps:
-            out = backend.forward(sequence[i:i + w]).logits
-            keep = min(2, len(out)) if rollback else len(out)
-            got.append(out[:keep])
-            backend.truncate(len(prompt) - 1 + i + keep)
-            i += keep
-        worst[w] = float(np.max(np.abs(np.concatenate(got)[:steps] - plain)))
-    return worst
 
 
 LONG = "Summarise this code:\n" + "\n".join(f"def f{i}(x):\n    return x * {i} + {i * i}" for i in range(40))

@@ -286,5 +286,7 @@ class LlamaCppBackend(Backend):
 
 
 def _last_error() -> str:
-    errors = [line for line in _LOG_LINES if line and ("error" in line.lower() or "failed" in line.lower())]
+    """llama.cpp's own reason: its last "error" line (it says what was wrong), else its last "failed" one."""
+    lines = [line for line in _LOG_LINES if line]
+    errors = [line for line in lines if "error" in line.lower()] or [line for line in lines if "failed" in line.lower()]
     return (errors[-1] if errors else "no details in llama.cpp's log").strip()

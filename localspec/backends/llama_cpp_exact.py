@@ -2,7 +2,7 @@
 
 Why greedy speculative output could differ from plain decoding on llama.cpp: its CPU backend computes a
 1-token step and a k-token window with different kernels, which round differently (measured, build of
-llama-cpp-python 0.3.36 on AVX2):
+llama-cpp-python 0.3.36 on x86):
 - weights repacked at load (Q4_K, Q4_0, IQ4_NL): a gemv for 1-3 tokens, a gemm for 4 or more;
 - K-quant weights not repacked: vec_dot for fewer than 8 tokens, a tiled matmul for 8 or more;
 - flash attention: a KV-split kernel for a 1-token step once 512 KV cells are in view (any context past
@@ -14,8 +14,9 @@ ggml's CPU backend has a reference mode (``ggml_backend_cpu_set_use_ref``) that 
 vec_dot and attention row by row, whatever the batch; with weights left unrepacked, a window's rows equal a
 1-token step's bit for bit at every size and context length (tests/test_llama_exact.py). The mode is
 switched per decode, so prompt prefills keep the fast kernels: both plain and speculative decoding prefill
-the same tokens the same way. Its price is wider windows: 1.3x at 4-9 tokens, 1.6x at 17, 2.4x at 65,
-against llama.cpp's default kernels (1-token steps cost the same; README, "Exactness").
+the same tokens the same way. Its price is in wide windows on K-quant weights (Qwen2.5-Coder-1.5B Q4_K_M:
+1.1-1.5x at 4-17 tokens, 1.8x at 33, 2.2x at 65 against llama.cpp's defaults; SmolLM2's Q4_1 about 1.0x);
+1-token steps cost the same (benchmarks/kernel_costs.py; README, "Exactness").
 
 llama.cpp reaches the context's CPU backend only through ``llama_context::get_sched()``, a C++ member
 function libllama exports; where it or the CPU backend's switch is missing this returns None and the

@@ -1,0 +1,79 @@
+"""A tiny random llama-architecture GGUF with K-quant weights, written with the gguf package.
+
+For what no downloadable test model covers: SmolLM2's Q4_1 weights take neither llama.cpp's repacked nor
+its tiled K-quant matmuls, which Q4_K models (most GGUFs users run) do. Rows of Q4_K are 256 values, so
+every weight matrix here has a multiple of 256 columns. The vocabulary is the 256 bytes (a byte-level BPE
+with one merge) plus an end-of-text token: tests feed token ids, not text.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+Q4_K_BLOCK = 144  # bytes per 256 weights: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles
+EMBD, FF, HEADS, KV_HEADS, LAYERS = 256, 512, 4, 2, 2
+
+
+def _bytes_to_unicode() -> list[str]:
+    """GPT-2's printable stand-in character for each byte value."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+def _q4_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Random Q4_K blocks for a rows x cols matrix: small scales so activations stay in range."""
+    blocks = rng.integers(0, 256, size=(rows, cols // 256, Q4_K_BLOCK), dtype=np.uint8)
+    d = np.full((rows, cols // 256, 1), 2e-3, dtype=np.float16).view(np.uint8)
+    dmin = np.full((rows, cols // 256, 1), 1e-3, dtype=np.float16).view(np.uint8)
+    blocks[:, :, 0:2], blocks[:, :, 2:4] = d, dmin
+    return blocks.reshape(rows, cols // 256 * Q4_K_BLOCK)
+
+
+def write_tiny_llama(path: Path, seed: int = 0) -> Path:
+    import gguf
+    rng = np.random.default_rng(seed)
+    vocab = _bytes_to_unicode() + ["ab", "<|endoftext|>"]  # llama.cpp's BPE loader wants a merge
+    head_dim = EMBD // HEADS
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("tiny-q4k-llama")
+    w.add_context_length(2048)
+    w.add_embedding_length(EMBD)
+    w.add_block_count(LAYERS)
+    w.add_feed_forward_length(FF)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV_HEADS)
+    w.add_rope_dimension_count(head_dim)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(len(vocab))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(vocab)
+    w.add_token_types([gguf.TokenType.NORMAL] * 257 + [gguf.TokenType.CONTROL])
+    w.add_token_merges(["a b"])
+    w.add_bos_token_id(len(vocab) - 1)
+    w.add_eos_token_id(len(vocab) - 1)
+    q4k = gguf.GGMLQuantizationType.Q4_K
+    # token_embd and output hold len(vocab) rows of EMBD values: Q4_K too
+    w.add_tensor("token_embd.weight", _q4_k(rng, len(vocab), EMBD), raw_dtype=q4k)
+    w.add_tensor("output_norm.weight", np.ones(EMBD, dtype=np.float32))
+    w.add_tensor("output.weight", _q4_k(rng, len(vocab), EMBD), raw_dtype=q4k)
+    for i in range(LAYERS):
+        for name, rows, cols in (("attn_q", EMBD, EMBD), ("attn_k", KV_HEADS * head_dim, EMBD),
+                                 ("attn_v", KV_HEADS * head_dim, EMBD), ("attn_output", EMBD, EMBD),
+                                 ("ffn_gate", FF, EMBD), ("ffn_up", FF, EMBD), ("ffn_down", EMBD, FF)):
+            w.add_tensor(f"blk.{i}.{name}.weight", _q4_k(rng, rows, cols), raw_dtype=q4k)
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(EMBD, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(EMBD, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

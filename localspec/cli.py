@@ -8,6 +8,7 @@ from typing import Optional, Sequence
 from localspec import __version__
 from localspec.drafters import DRAFTERS
 from localspec.errors import LocalspecError
+from localspec.sampling import SamplingParams
 
 
 class _Parser(argparse.ArgumentParser):
@@ -58,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--suffix-cache-tokens", type=int,
                    help="suffix drafter: bound of the cache of past answers on disk (200000; 0 turns it off)")
     g = common.add_argument_group("sampling (llama.cpp's defaults; --temperature 0 is greedy)")
-    g.add_argument("--temperature", "-t", type=float, default=0.8)
+    g.add_argument("--temperature", "-t", type=float,
+                   help=f"{SamplingParams.temperature} (bench: 0); 0 is greedy")
     g.add_argument("--top-k", type=int, default=40, help="0 turns it off")
     g.add_argument("--top-p", type=float, default=0.95, help="1 turns it off")
     g.add_argument("--min-p", type=float, default=0.05, help="0 turns it off")
@@ -96,7 +98,6 @@ def build_parser() -> argparse.ArgumentParser:
                        help="--peer: llama-server speculation types, methods server:TYPE; draft-simple uses "
                             "--draft-model or the model's first draft (default: plain,ngram-mod,ngram-simple,"
                             "draft-simple; plain is always run)")
-    bench.set_defaults(temperature=0.0)  # benchmarks are greedy unless asked otherwise
 
     cal = sub.add_parser("calibrate", parents=[common],
                          help="measure how verify windows round against 1-token steps for this model and build: the "
@@ -143,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "temperature", 0) is None:  # benchmarks are greedy unless asked otherwise
+        args.temperature = 0.0 if args.command == "bench" else SamplingParams.temperature
     try:
         from localspec import commands
         return {"run": commands.run_command, "chat": commands.chat_command,

@@ -11,6 +11,7 @@ that the invariant windows' logits equal 1-token steps' (max |difference| per wi
 
     python benchmarks/kernel_costs.py MODEL.gguf [--rounds 7] [--windows 1,2,3,5,9,17,33,65] [--json OUT]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
     times = {name: {w: [] for w in windows} for name, _, _ in configs}
     prefill = {name: [] for name, _, _ in configs}
     for r in range(args.rounds):
-        order = configs[r % 3:] + configs[:r % 3]
+        order = configs[r % 3 :] + configs[: r % 3]
         for name, backend, invariant in order:
             backend.set_batch_invariant(invariant)
             backend.truncate(0)
@@ -67,18 +68,28 @@ def main(argv=None) -> int:
     median = {name: {str(w): round(statistics.median(v) * 1e3, 2) for w, v in t.items()} for name, t in times.items()}
     unrepacked.set_batch_invariant(True)
     result = {
-        "model": Path(args.model).name, "threads": default_threads(), "rounds": args.rounds,
-        "prompt_tokens": len(prompt), "build": default.build_id(), "window_ms": median,
+        "model": Path(args.model).name,
+        "threads": default_threads(),
+        "rounds": args.rounds,
+        "prompt_tokens": len(prompt),
+        "build": default.build_id(),
+        "window_ms": median,
         "prefill_ms": {name: round(statistics.median(v) * 1e3) for name, v in prefill.items()},
-        "invariant_over_default": {str(w): round(median["invariant"][str(w)] / median["default"][str(w)], 3) for w in windows},
-        "unrepacked_over_default": {str(w): round(median["unrepacked"][str(w)] / median["default"][str(w)], 3) for w in windows},
+        "invariant_over_default": {
+            str(w): round(median["invariant"][str(w)] / median["default"][str(w)], 3) for w in windows
+        },
+        "unrepacked_over_default": {
+            str(w): round(median["unrepacked"][str(w)] / median["default"][str(w)], 3) for w in windows
+        },
         "invariant_max_logit_difference": window_differences(unrepacked, prompt, 24, [w for w in windows if w > 1]),
         "notes": "window_ms: median time of one forward of n tokens on a cached context of prompt_tokens; "
-                 "prefill_ms: the whole prompt; invariant_max_logit_difference: windows vs 1-token steps "
-                 "over 24 positions after the prompt, invariant kernels (0: bit-identical)",
+        "prefill_ms: the whole prompt; invariant_max_logit_difference: windows vs 1-token steps "
+        "over 24 positions after the prompt, invariant kernels (0: bit-identical)",
     }
     unrepacked.set_batch_invariant(False)
-    result["unrepacked_max_logit_difference"] = window_differences(unrepacked, prompt, 24, [w for w in windows if w > 1])
+    result["unrepacked_max_logit_difference"] = window_differences(
+        unrepacked, prompt, 24, [w for w in windows if w > 1]
+    )
     text = json.dumps(result, indent=1)
     print(text)
     if args.json:

@@ -19,6 +19,7 @@ perf variant rebuild the backend's context with the same parameters as LlamaCppB
 change ("ctx_rebuilt" in the output); the localspec and peer-lib variants with --fa auto are untouched.
 Writes per-variant per-round tok/s, median, IQR, ratio of medians to llama-bench and the settings to --out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,14 @@ FA_TYPES = {"auto": -1, "off": 0, "on": 1}  # LLAMA_FLASH_ATTN_TYPE_*
 
 
 class ThreadpoolParams(ctypes.Structure):  # struct ggml_threadpool_params (ggml.h)
-    _fields_ = [("cpumask", ctypes.c_bool * 512), ("n_threads", ctypes.c_int), ("prio", ctypes.c_int),
-                ("poll", ctypes.c_uint32), ("strict_cpu", ctypes.c_bool), ("paused", ctypes.c_bool)]
+    _fields_ = [
+        ("cpumask", ctypes.c_bool * 512),
+        ("n_threads", ctypes.c_int),
+        ("prio", ctypes.c_int),
+        ("poll", ctypes.c_uint32),
+        ("strict_cpu", ctypes.c_bool),
+        ("paused", ctypes.c_bool),
+    ]
 
 
 def loaded_libs() -> dict[str, str]:
@@ -57,6 +64,7 @@ def loaded_libs() -> dict[str, str]:
 def worker(a) -> dict:
     """One measured greedy decode run of variant a.worker; returns its figures (printed as JSON)."""
     import numpy as np
+
     from localspec.backends import llama_cpp as lc
 
     lib = lc._lib()
@@ -115,13 +123,19 @@ def worker(a) -> dict:
         t_prev = t_end
     perf = lib.llama_perf_context(b._ctx)
     result = {
-        "tok_s": a.tokens / sum(steps), "step_ms": 1e3 * statistics.mean(steps),
-        "step_ms_median": 1e3 * statistics.median(steps), "forward_ms": 1e3 * statistics.mean(forwards),
+        "tok_s": a.tokens / sum(steps),
+        "step_ms": 1e3 * statistics.mean(steps),
+        "step_ms_median": 1e3 * statistics.median(steps),
+        "forward_ms": 1e3 * statistics.mean(forwards),
         "argmax_ms": 1e3 * (statistics.mean(steps) - statistics.mean(forwards)),
-        "n_eval": perf.n_eval, "n_reused": perf.n_reused,
+        "n_eval": perf.n_eval,
+        "n_reused": perf.n_reused,
         "eval_ms": perf.t_eval_ms / perf.n_eval if a.worker == "perf" else None,
-        "n_ctx": lib.llama_n_ctx(b._ctx), "n_batch": lib.llama_n_batch(b._ctx), "ctx_rebuilt": rebuilt,
-        "threadpool": pool is not None, "libs": libs,
+        "n_ctx": lib.llama_n_ctx(b._ctx),
+        "n_batch": lib.llama_n_batch(b._ctx),
+        "ctx_rebuilt": rebuilt,
+        "threadpool": pool is not None,
+        "libs": libs,
         "system_info": lib.llama_print_system_info().decode(errors="replace").strip(),
         "fa_log": [line for line in log_lines if "flash_attn " in line or "Flash Attention" in line],
     }
@@ -140,13 +154,27 @@ def engine_run(b, prompt: list[int], tokens: int, libs: dict) -> dict:
     from localspec.drafters.base import NoDrafter
     from localspec.engine import generate
     from localspec.sampling import SamplingParams
+
     b.eog_tokens = frozenset()  # random text may hit end-of-turn early: always decode `tokens`
     stats = generate(b, NoDrafter(), prompt, SamplingParams(temperature=0), max_tokens=tokens, draft_tokens=1).stats
     step = stats.decode_s / stats.steps
-    return {"tok_s": stats.decode_tps, "step_ms": 1e3 * step, "step_ms_median": None, "forward_ms": None,
-            "argmax_ms": None, "n_eval": None, "n_reused": None, "eval_ms": None, "n_ctx": b.n_ctx,
-            "n_batch": b.n_batch, "ctx_rebuilt": False, "threadpool": False, "libs": libs,
-            "system_info": None, "fa_log": []}
+    return {
+        "tok_s": stats.decode_tps,
+        "step_ms": 1e3 * step,
+        "step_ms_median": None,
+        "forward_ms": None,
+        "argmax_ms": None,
+        "n_eval": None,
+        "n_reused": None,
+        "eval_ms": None,
+        "n_ctx": b.n_ctx,
+        "n_batch": b.n_batch,
+        "ctx_rebuilt": False,
+        "threadpool": False,
+        "libs": libs,
+        "system_info": None,
+        "fa_log": [],
+    }
 
 
 def run_localspec(a, variant: str) -> dict:
@@ -154,9 +182,28 @@ def run_localspec(a, variant: str) -> dict:
     env.pop("LLAMA_CPP_LIB_PATH", None)
     if variant == "peer-lib":
         env["LLAMA_CPP_LIB_PATH"] = str(a.peer_bin)
-    cmd = [sys.executable, __file__, "--worker", variant, "--model", str(a.model), "--tokens", str(a.tokens),
-           "--depth", str(a.depth), "--threads", str(a.threads), "--fa", a.fa, "--ctx", str(a.ctx),
-           "--poll", str(a.poll), "--seed", str(a.seed)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker",
+        variant,
+        "--model",
+        str(a.model),
+        "--tokens",
+        str(a.tokens),
+        "--depth",
+        str(a.depth),
+        "--threads",
+        str(a.threads),
+        "--fa",
+        a.fa,
+        "--ctx",
+        str(a.ctx),
+        "--poll",
+        str(a.poll),
+        "--seed",
+        str(a.seed),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise RuntimeError(f"{variant} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -165,18 +212,54 @@ def run_localspec(a, variant: str) -> dict:
 
 def run_bench(a) -> dict:
     batch = min(512, a.ctx)
-    cmd = [str(a.peer_bin / "llama-bench"), "-m", str(a.model), "-p", "0", "-n", str(a.tokens),
-           "-d", str(a.depth), "-t", str(a.threads), "-fa", a.fa, "-b", str(batch), "-ub", str(batch),
-           "--poll", str(a.poll), "-r", str(a.bench_reps), "-o", "json"]
+    cmd = [
+        str(a.peer_bin / "llama-bench"),
+        "-m",
+        str(a.model),
+        "-p",
+        "0",
+        "-n",
+        str(a.tokens),
+        "-d",
+        str(a.depth),
+        "-t",
+        str(a.threads),
+        "-fa",
+        a.fa,
+        "-b",
+        str(batch),
+        "-ub",
+        str(batch),
+        "--poll",
+        str(a.poll),
+        "-r",
+        str(a.bench_reps),
+        "-o",
+        "json",
+    ]
     env = dict(os.environ, LD_LIBRARY_PATH=str(a.peer_bin))
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise RuntimeError(f"llama-bench failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     r = json.loads(proc.stdout)[0]
-    keep = ("build_commit", "n_batch", "n_ubatch", "n_threads", "poll", "flash_attn", "repack",
-            "avg_ts", "stddev_ts", "samples_ts")
-    return {"tok_s": statistics.median(r["samples_ts"]), "step_ms": 1e3 / statistics.median(r["samples_ts"]),
-            "argv": cmd, **{k: r.get(k) for k in keep}}
+    keep = (
+        "build_commit",
+        "n_batch",
+        "n_ubatch",
+        "n_threads",
+        "poll",
+        "flash_attn",
+        "repack",
+        "avg_ts",
+        "stddev_ts",
+        "samples_ts",
+    )
+    return {
+        "tok_s": statistics.median(r["samples_ts"]),
+        "step_ms": 1e3 / statistics.median(r["samples_ts"]),
+        "argv": cmd,
+        **{k: r.get(k) for k in keep},
+    }
 
 
 def spread(values: list[float]) -> dict:
@@ -222,6 +305,7 @@ def main() -> int:
         return 0
     if a.model is None or not Path(a.model).exists():
         from localspec.registry import resolve_model
+
         a.model = resolve_model(a.model)[1]
     a.ctx = a.ctx or a.depth + a.tokens
     variants = [v for v in a.variants.split(",") if v]
@@ -231,10 +315,13 @@ def main() -> int:
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     load = [os.getloadavg()]
     if load[0][0] > 0.5:
-        print(f"warning: load average {load[0][0]:.2f}; with OpenMP and threads = cores, other work on the "
-              f"machine stalls every barrier (seen: seconds per step) - use an idle machine", file=sys.stderr)
+        print(
+            f"warning: load average {load[0][0]:.2f}; with OpenMP and threads = cores, other work on the "
+            f"machine stalls every barrier (seen: seconds per step) - use an idle machine",
+            file=sys.stderr,
+        )
     for r in range(a.rounds):
-        order = variants[r % len(variants):] + variants[:r % len(variants)]
+        order = variants[r % len(variants) :] + variants[: r % len(variants)]
         for v in order:
             res = run_bench(a) if v == "llama-bench" else run_localspec(a, v)
             runs[v].append(res)
@@ -243,28 +330,57 @@ def main() -> int:
     summary = summarise(runs)
     first = next((rs[0] for v, rs in runs.items() if v != "llama-bench"), {})
     settings = {
-        "model": str(a.model), "rounds": a.rounds, "tokens": a.tokens, "depth": a.depth, "threads": a.threads,
-        "fa": a.fa, "n_ctx_requested": a.ctx, "n_ctx": first.get("n_ctx"), "n_batch": first.get("n_batch"),
+        "model": str(a.model),
+        "rounds": a.rounds,
+        "tokens": a.tokens,
+        "depth": a.depth,
+        "threads": a.threads,
+        "fa": a.fa,
+        "n_ctx_requested": a.ctx,
+        "n_ctx": first.get("n_ctx"),
+        "n_batch": first.get("n_batch"),
         "llama_bench_n_ctx": f"{a.tokens + a.depth} (n_gen + n_depth, padded to 256 by llama.cpp)",
-        "poll": a.poll, "bench_reps": a.bench_reps, "peer_bin": str(a.peer_bin), "variant_order": "rotating",
+        "poll": a.poll,
+        "bench_reps": a.bench_reps,
+        "peer_bin": str(a.peer_bin),
+        "variant_order": "rotating",
         "libs": {v: rs[0].get("libs") for v, rs in runs.items() if v != "llama-bench"},
         "system_info": {v: rs[0].get("system_info") for v, rs in runs.items() if v != "llama-bench"},
-        "fa_log": first.get("fa_log"), "llama_bench": runs["llama-bench"][0] if runs.get("llama-bench") else None,
-        "cpu_count": os.cpu_count(), "loadavg_start_end": load, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "fa_log": first.get("fa_log"),
+        "llama_bench": runs["llama-bench"][0] if runs.get("llama-bench") else None,
+        "cpu_count": os.cpu_count(),
+        "loadavg_start_end": load,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"settings": settings, "summary": summary, "runs": runs}, indent=1) + "\n")
-    print(f"{Path(a.model).name} · depth {a.depth} · {a.tokens} tokens · {a.threads} threads · fa {a.fa} · "
-          f"n_ctx {settings['n_ctx']} · {a.rounds} rounds · load {load[0][0]:.2f}->{load[1][0]:.2f}")
-    print(f"{'variant':<12}{'median':>9}{'IQR':>7}{'x bench':>9}{'step ms':>9}{'forward':>9}{'argmax':>8}"
-          f"{'decode':>8}{'outside':>9}{'reused':>8}")
+    print(
+        f"{Path(a.model).name} · depth {a.depth} · {a.tokens} tokens · {a.threads} threads · fa {a.fa} · "
+        f"n_ctx {settings['n_ctx']} · {a.rounds} rounds · load {load[0][0]:.2f}->{load[1][0]:.2f}"
+    )
+    print(
+        f"{'variant':<12}{'median':>9}{'IQR':>7}{'x bench':>9}{'step ms':>9}{'forward':>9}{'argmax':>8}"
+        f"{'decode':>8}{'outside':>9}{'reused':>8}"
+    )
     for v, s in summary.items():
-        cells = [s.get(k) for k in ("step_ms_median", "forward_ms_median", "argmax_ms_median",
-                                    "eval_ms_median", "outside_decode_ms_median")]
+        cells = [
+            s.get(k)
+            for k in (
+                "step_ms_median",
+                "forward_ms_median",
+                "argmax_ms_median",
+                "eval_ms_median",
+                "outside_decode_ms_median",
+            )
+        ]
         reused = runs[v][-1].get("n_reused")
-        print(f"{v:<12}{s['median']:>9.1f}{s['iqr']:>7.1f}{s['ratio_to_llama_bench'] or 0:>9.3f}"
-              + "".join(f"{c:>{w}.3f}" if c is not None else f"{'-':>{w}}" for c, w in zip(cells, (9, 9, 8, 8, 9)))
-              + f"{reused if reused is not None else '-':>8}")
+        print(
+            f"{v:<12}{s['median']:>9.1f}{s['iqr']:>7.1f}{s['ratio_to_llama_bench'] or 0:>9.3f}"
+            + "".join(
+                f"{c:>{w}.3f}" if c is not None else f"{'-':>{w}}" for c, w in zip(cells, (9, 9, 8, 8, 9), strict=False)
+            )
+            + f"{reused if reused is not None else '-':>8}"
+        )
     print(f"wrote {a.out}")
     return 0
 

@@ -1,7 +1,8 @@
 """Record the target's greedy answers to a workload, as JSONL that `localspec simulate` replays.
 
-    python benchmarks/record_answers.py --model PATH.gguf --out benchmarks/results/answers-NAME.jsonl
+python benchmarks/record_answers.py --model PATH.gguf --out benchmarks/results/answers-NAME.jsonl
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,7 @@ def main() -> None:
             conv = Conversation()
             conv.messages = case["messages"]
             prompt = conv.prompt_tokens(backend, reserve=case["max_tokens"])
-            done = generate(backend, NoDrafter(), prompt, SamplingParams(temperature=0),
-                            max_tokens=case["max_tokens"])
+            done = generate(backend, NoDrafter(), prompt, SamplingParams(temperature=0), max_tokens=case["max_tokens"])
             messages = case["messages"] + [{"role": "assistant", "content": done.text}]
             out.write(json.dumps({"id": case["id"], "kind": case["kind"], "messages": messages}) + "\n")
             print(case["id"], len(done.tokens), flush=True)

@@ -18,6 +18,7 @@ with the SmolLM2 vocabulary too).
 
     .venv/bin/python benchmarks/suffix_replay.py [--out benchmarks/results/suffix-replay-code-edits.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,8 +64,9 @@ def rename(code: str) -> str:
 def type_hints(code: str) -> str:
     old = "def get_close_matches(word, possibilities, n=3, cutoff=0.6):"
     assert old in code, "difflib.get_close_matches changed its signature"
-    return code.replace(old, "def get_close_matches(word: str, possibilities: list[str], n: int = 3, "
-                             "cutoff: float = 0.6) -> list[str]:")
+    return code.replace(
+        old, "def get_close_matches(word: str, possibilities: list[str], n: int = 3, cutoff: float = 0.6) -> list[str]:"
+    )
 
 
 def log_line(code: str) -> str:
@@ -89,8 +91,12 @@ def method_docstrings(code: str) -> str:
     return "".join(lines)
 
 
-ANSWERS = {"edit-rename": rename, "edit-typehints": type_hints, "edit-logging": log_line,
-           "edit-class": method_docstrings}
+ANSWERS = {
+    "edit-rename": rename,
+    "edit-typehints": type_hints,
+    "edit-logging": log_line,
+    "edit-class": method_docstrings,
+}
 
 
 def code_edit_cases(backend, workload: Path) -> list[tuple[str, list[int], list[int]]]:
@@ -112,8 +118,7 @@ def recorded_cases(backend, path: Path) -> dict[str, list[tuple[list[int], list[
     for line in path.read_text(encoding="utf-8").splitlines():
         case = json.loads(line)
         *history, answer = case["messages"]
-        by_kind.setdefault(case["kind"], []).append((backend.chat_tokens(history),
-                                                     backend.tokenize(answer["content"])))
+        by_kind.setdefault(case["kind"], []).append((backend.chat_tokens(history), backend.tokenize(answer["content"])))
     return by_kind
 
 
@@ -127,11 +132,28 @@ def smollm2_gguf() -> Path:
 
 def build_before(folder: Path):
     """The trie of BEFORE_COMMIT, compiled with the system C compiler."""
-    source = subprocess.run(["git", "show", f"{BEFORE_COMMIT}:localspec/drafters/_suffixtree.c"], cwd=ROOT,
-                            check=True, capture_output=True, text=True).stdout
+    source = subprocess.run(
+        ["git", "show", f"{BEFORE_COMMIT}:localspec/drafters/_suffixtree.c"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     (folder / "old.c").write_text(source)
-    subprocess.run(["cc", "-O2", "-std=c99", "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}",
-                    str(folder / "old.c"), "-o", str(folder / "old.so")], check=True)
+    subprocess.run(
+        [
+            "cc",
+            "-O2",
+            "-std=c99",
+            "-shared",
+            "-fPIC",
+            f"-I{sysconfig.get_paths()['include']}",
+            str(folder / "old.c"),
+            "-o",
+            str(folder / "old.so"),
+        ],
+        check=True,
+    )
     return load_library(str(folder / "old.so"))
 
 
@@ -163,6 +185,7 @@ def main() -> None:
     cases = code_edit_cases(backend, args.workload)
     with tempfile.TemporaryDirectory() as tmp:
         before = build_before(Path(tmp))
+
         def suffix(factor: float):
             return lambda: SuffixDrafter(SuffixParams(max_spec_factor=factor), None)
 
@@ -191,15 +214,22 @@ def main() -> None:
     print_table("constructed code edits", constructed)
     for kind, results in recorded.items():
         print_table(f"recorded answers of Qwen2.5-Coder-1.5B, {kind}", results)
-    report = {"what": "offline replay (localspec.simulate, perfect oracle) of the code-edit cases; answers are "
-                      "constructed edits, not model outputs",
-              "workload": str(args.workload), "tokenizer": gguf.name,
-              "cases": {cid: {"prompt_tokens": len(p), "answer_tokens": len(a)} for cid, p, a in cases},
-              "suffix_params": "SuffixParams defaults (offset -2, min_token_prob 0.5, max_depth 64) except "
-                               "max_spec_factor (fN); no global cache",
-              "before": f"trie of commit {BEFORE_COMMIT}", "ks": list(KS), "results": constructed,
-              "recorded_answers": {"what": f"{RECORDED.name}: real greedy answers of Qwen2.5-Coder-1.5B to the "
-                                           "whole workload, by kind", "results": recorded}}
+    report = {
+        "what": "offline replay (localspec.simulate, perfect oracle) of the code-edit cases; answers are "
+        "constructed edits, not model outputs",
+        "workload": str(args.workload),
+        "tokenizer": gguf.name,
+        "cases": {cid: {"prompt_tokens": len(p), "answer_tokens": len(a)} for cid, p, a in cases},
+        "suffix_params": "SuffixParams defaults (offset -2, min_token_prob 0.5, max_depth 64) except "
+        "max_spec_factor (fN); no global cache",
+        "before": f"trie of commit {BEFORE_COMMIT}",
+        "ks": list(KS),
+        "results": constructed,
+        "recorded_answers": {
+            "what": f"{RECORDED.name}: real greedy answers of Qwen2.5-Coder-1.5B to the whole workload, by kind",
+            "results": recorded,
+        },
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {args.out}")

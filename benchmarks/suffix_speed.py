@@ -5,6 +5,7 @@ model's tokenizer, cut into answer-sized pieces), then times propose() on contex
 
     python benchmarks/suffix_speed.py --model smollm2-135m --out benchmarks/results/suffix-speed.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,13 +47,13 @@ def main() -> None:
     _, path = resolve_model(args.model)
     with LlamaCppBackend(path, n_ctx=512, n_threads=1) as backend:
         tokens = backend.tokenize(stdlib_text(args.global_tokens * 5))
-    corpus, probe = tokens[: args.global_tokens], tokens[args.global_tokens:]
+    corpus, probe = tokens[: args.global_tokens], tokens[args.global_tokens :]
     if len(probe) < 10_000:
         raise SystemExit("not enough text for probes; lower --global-tokens")
 
-    store = AnswerStore(None, "bench", max_tokens=10 ** 9)
+    store = AnswerStore(None, "bench", max_tokens=10**9)
     for start in range(0, len(corpus), 400):  # answer-sized pieces
-        store.add(corpus[start:start + 400])
+        store.add(corpus[start : start + 400])
     t = time.perf_counter()
     drafter = SuffixDrafter(SuffixParams(), store)
     build_s = time.perf_counter() - t
@@ -69,9 +70,13 @@ def main() -> None:
     times_us = np.array(times) * 1e6
     tree = drafter.global_tree
     report = {
-        "date": time.strftime("%Y-%m-%d"), "global_tokens": tree.n_tokens, "global_nodes": tree.n_nodes,
-        "global_tree_bytes": tree.memory_bytes(), "bytes_per_cached_token": round(tree.memory_bytes() / tree.n_tokens, 1),
-        "build_s": round(build_s, 3), "propose_calls": args.calls,
+        "date": time.strftime("%Y-%m-%d"),
+        "global_tokens": tree.n_tokens,
+        "global_nodes": tree.n_nodes,
+        "global_tree_bytes": tree.memory_bytes(),
+        "bytes_per_cached_token": round(tree.memory_bytes() / tree.n_tokens, 1),
+        "build_s": round(build_s, 3),
+        "propose_calls": args.calls,
         "propose_us_median": round(float(np.median(times_us)), 2),
         "propose_us_p99": round(float(np.percentile(times_us, 99)), 2),
         "propose_us_max": round(float(times_us.max()), 2),

@@ -6,6 +6,7 @@ Per dtype: one target step and a 13-token verify window (ms) and the largest log
 for the head: one vocabulary scoring (fp32 weights are scored in fp16 on CPU), a 3-token chain draft and a
 depth-3 tree draft of 12 tokens.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,21 +42,28 @@ def main() -> None:
         backend.prefill(tokens[:-13])
         keep = len(tokens) - 13
 
-        def window(k):
+        def window(k, backend=backend, tokens=tokens, keep=keep):
             backend.truncate(keep)
-            return backend.forward(tokens[keep:keep + k]).logits
+            return backend.forward(tokens[keep : keep + k]).logits
+
         logits = window(13)
         reference = logits if reference is None else reference
-        report["dtypes"][dtype] = {"step_ms": ms(lambda: window(1)), "window13_ms": ms(lambda: window(13)),
-                                   "max_logit_diff_to_fp32": float(np.abs(logits - reference).max())}
+        report["dtypes"][dtype] = {
+            "step_ms": ms(lambda: window(1)),
+            "window13_ms": ms(lambda: window(13)),
+            "max_logit_diff_to_fp32": float(np.abs(logits - reference).max()),
+        }
         if dtype == "float32":
             drafter = EagleDrafter(backend, args.eagle_head, tree_nodes=12)
             drafter.begin(tokens)
             backend.truncate(0)
             drafter.propose(tokens, 0, (0, backend.prefill_features(tokens[:-1])))
             head = drafter.head
-            report["eagle"] = {"score_vocab_ms": ms(lambda: head.logits(drafter._last)),
-                               "chain3_ms": ms(lambda: drafter._chain(3)), "tree12_depth3_ms": ms(lambda: drafter._tree(3))}
+            report["eagle"] = {
+                "score_vocab_ms": ms(lambda head=head, drafter=drafter: head.logits(drafter._last)),
+                "chain3_ms": ms(lambda drafter=drafter: drafter._chain(3)),
+                "tree12_depth3_ms": ms(lambda drafter=drafter: drafter._tree(3)),
+            }
         backend.close()
     with open(args.out, "w", encoding="utf-8") as out:
         json.dump(report, out, indent=1)

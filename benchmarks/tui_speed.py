@@ -4,6 +4,7 @@ interleaved; medians and the ratio of medians.
 
     python benchmarks/tui_speed.py --model smollm2-135m --repeats 5 --out benchmarks/results/tui-speed.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,10 +21,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
-from localspec.chat_store import SavedChat  # noqa: E402
-from localspec.drafters import DrafterOptions, make_drafter  # noqa: E402
 from localspec.chat import Conversation  # noqa: E402
+from localspec.chat_store import SavedChat  # noqa: E402
 from localspec.commands import _stream  # noqa: E402
+from localspec.drafters import DrafterOptions, make_drafter  # noqa: E402
 from localspec.registry import resolve_model  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 from localspec.session import Session  # noqa: E402
@@ -44,6 +45,7 @@ def app_turn(open_session, tmp) -> float:
             while app.generating:
                 await asyncio.sleep(0.5)  # poll rarely: the benchmark must not load the UI itself
             return app.chat.stats[-1]["decode_tok_s"]
+
     return asyncio.run(run())
 
 
@@ -57,14 +59,17 @@ def one_run(mode: str, model: str, drafter: str, tokens: int) -> float:
 
     def open_session(progress=None):  # in the app: on its engine thread, as `localspec chat` loads it
         backend = LlamaCppBackend(path, n_ctx=2048)
-        return Session(backend, make_drafter(drafter, backend, options), greedy, model, max_tokens=tokens,
-                       drafter_options=options)
+        return Session(
+            backend, make_drafter(drafter, backend, options), greedy, model, max_tokens=tokens, drafter_options=options
+        )
+
     if mode == "run":
         conversation = Conversation()
         conversation.add("user", PROMPT)
         with open_session() as session:
             return _stream(session, conversation, None)[1].decode_tps
     import localspec.tui.app as app_module
+
     for knob in ("UPDATE_S", "STATS_S", "MARKDOWN_S"):  # experiments: BENCH_UPDATE_S=1000 etc.
         if os.environ.get("BENCH_" + knob):
             setattr(app_module, knob, float(os.environ["BENCH_" + knob]))
@@ -86,20 +91,39 @@ def main() -> None:
         return
     runs: dict[str, list[float]] = {mode: [] for mode in args.modes.split(",")}
     for r in range(args.repeats):  # each run in a fresh process, interleaved, the order rotated
-        modes = list(runs)[r % len(runs):] + list(runs)[:r % len(runs)]
+        modes = list(runs)[r % len(runs) :] + list(runs)[: r % len(runs)]
         for mode in modes:
-            out = subprocess.run([sys.executable, __file__, "--one", mode, "--model", args.model,
-                                  "--drafter", args.drafter, "--tokens", str(args.tokens)],
-                                 capture_output=True, text=True)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--one",
+                    mode,
+                    "--model",
+                    args.model,
+                    "--drafter",
+                    args.drafter,
+                    "--tokens",
+                    str(args.tokens),
+                ],
+                capture_output=True,
+                text=True,
+            )
             if out.returncode:
                 raise SystemExit(f"{mode} run failed:\n{out.stderr[-3000:]}")
             runs[mode].append(round(json.loads(out.stdout.strip().splitlines()[-1]), 2))
-    report = {"model": args.model, "drafter": args.drafter, "tokens": args.tokens, "date": time.strftime("%Y-%m-%d"),
-              "tok_s": runs, "median": {m: statistics.median(v) for m, v in runs.items()},
-              "ratio_to_run": {m: round(statistics.median(v) / statistics.median(runs["run"]), 3)
-                               for m, v in runs.items()},
-              "paired_ratio_median": {m: round(statistics.median(a / b for a, b in zip(v, runs["run"])), 3)
-                                      for m, v in runs.items()}}
+    report = {
+        "model": args.model,
+        "drafter": args.drafter,
+        "tokens": args.tokens,
+        "date": time.strftime("%Y-%m-%d"),
+        "tok_s": runs,
+        "median": {m: statistics.median(v) for m, v in runs.items()},
+        "ratio_to_run": {m: round(statistics.median(v) / statistics.median(runs["run"]), 3) for m, v in runs.items()},
+        "paired_ratio_median": {
+            m: round(statistics.median(a / b for a, b in zip(v, runs["run"], strict=False)), 3) for m, v in runs.items()
+        },
+    }
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1))

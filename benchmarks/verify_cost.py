@@ -3,6 +3,7 @@ This curve bounds what any drafter can gain: with k tokens all accepted, speedup
 
     python benchmarks/verify_cost.py --model PATH.gguf --out benchmarks/results/verify-cost-NAME.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,11 +43,15 @@ def main() -> None:
                 backend.truncate(len(prompt))
             rows[k] = statistics.median(times) * 1e3
         base = rows[min(rows)]
-        report = {"model": name, "prompt_tokens": args.prompt_tokens, "threads": args.threads,
-                  "date": time.strftime("%Y-%m-%d"),
-                  "ms": {k: round(v, 2) for k, v in rows.items()},
-                  "cost_ratio": {k: round(v / base, 2) for k, v in rows.items()},
-                  "speedup_ceiling": {k: round(k / (v / base), 2) for k, v in rows.items()}}
+        report = {
+            "model": name,
+            "prompt_tokens": args.prompt_tokens,
+            "threads": args.threads,
+            "date": time.strftime("%Y-%m-%d"),
+            "ms": {k: round(v, 2) for k, v in rows.items()},
+            "cost_ratio": {k: round(v / base, 2) for k, v in rows.items()},
+            "speedup_ceiling": {k: round(k / (v / base), 2) for k, v in rows.items()},
+        }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     print(json.dumps(report))

@@ -7,6 +7,7 @@ Every method runs every case in the same process, greedy, with the method order 
 spread drift. Timing is measured the same way for all methods, outside them: prefill = time to the first
 emitted token (TTFT); decode tok/s = tokens after the first step / time after the first step.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,12 +57,21 @@ def run_ours(backend, drafter, prompt, max_tokens, k, out_tokens):
 
     ttft, decode_s, first_n, total = timed(chunks())
     s = stats["s"]
-    return ttft, decode_s, first_n, total, {"acceptance_rate": s.acceptance_rate,
-                                            "mean_accepted_length": round(s.mean_accepted_length, 3),
-                                            "engine_decode_tok_s": round(s.decode_tps, 2),
-                                            "engine_prefill_tok_s": round(s.prefill_tps, 2),
-                                            "draft_s": round(s.draft_s, 3), "verify_s": round(s.verify_s, 3),
-                                            "drafter": s.drafter}
+    return (
+        ttft,
+        decode_s,
+        first_n,
+        total,
+        {
+            "acceptance_rate": s.acceptance_rate,
+            "mean_accepted_length": round(s.mean_accepted_length, 3),
+            "engine_decode_tok_s": round(s.decode_tps, 2),
+            "engine_prefill_tok_s": round(s.prefill_tps, 2),
+            "draft_s": round(s.draft_s, 3),
+            "verify_s": round(s.verify_s, 3),
+            "drafter": s.drafter,
+        },
+    )
 
 
 def run_peer(llama, prompt, max_tokens, eog, out_tokens):
@@ -89,8 +99,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--cases", help="comma-separated case ids (default: all)")
-    ap.add_argument("--passes", type=int, default=1,
-                    help="run the workload this many times; drafters keep their state (suffix: warm global tree)")
+    ap.add_argument(
+        "--passes",
+        type=int,
+        default=1,
+        help="run the workload this many times; drafters keep their state (suffix: warm global tree)",
+    )
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
 
@@ -101,16 +115,22 @@ def main() -> None:
     methods = args.methods.split(",")
     # the suffix cache of a benchmark lives in a fresh folder: it starts cold and leaves the user's alone
     cache_dir = tempfile.mkdtemp(prefix="localspec-bench-suffix-")
-    drafter_options = DrafterOptions(ngram_min=args.ngram_min, ngram_max=args.ngram_max,
-                                     suffix_cache_dir=cache_dir)
+    drafter_options = DrafterOptions(ngram_min=args.ngram_min, ngram_max=args.ngram_max, suffix_cache_dir=cache_dir)
     backend = LlamaCppBackend(path, n_ctx=args.ctx, n_threads=args.threads)
     llama = None
     if "peer" in methods:
         from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-        llama = Llama(str(path), n_ctx=args.ctx, n_threads=args.threads, n_threads_batch=args.threads,
-                      logits_all=True, verbose=False,
-                      draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10))
+
+        llama = Llama(
+            str(path),
+            n_ctx=args.ctx,
+            n_threads=args.threads,
+            n_threads_batch=args.threads,
+            logits_all=True,
+            verbose=False,
+            draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
+        )
 
     drafters = {m: make_drafter(m, backend, drafter_options) for m in methods if m != "peer"}
     results = []
@@ -120,24 +140,26 @@ def main() -> None:
         prompt = conv.prompt_tokens(backend, reserve=case["max_tokens"])
         # the peer keeps nothing between requests, so one pass of it is enough
         in_pass = [m for m in methods if m != "peer" or pass_no == 1]
-        order = in_pass[i % len(in_pass):] + in_pass[:i % len(in_pass)]
-        row = {"id": case["id"], "kind": case["kind"], "pass": pass_no, "prompt_tokens": len(prompt),
-               "methods": {}}
+        order = in_pass[i % len(in_pass) :] + in_pass[: i % len(in_pass)]
+        row = {"id": case["id"], "kind": case["kind"], "pass": pass_no, "prompt_tokens": len(prompt), "methods": {}}
         outputs = {}
         for method in order:
             toks: list[int] = []
             if method == "peer":
-                ttft, dec, first_n, total, extra = run_peer(llama, prompt, case["max_tokens"],
-                                                            backend.eog_tokens, toks)
+                ttft, dec, first_n, total, extra = run_peer(llama, prompt, case["max_tokens"], backend.eog_tokens, toks)
             else:
-                ttft, dec, first_n, total, extra = run_ours(backend, drafters[method], prompt, case["max_tokens"],
-                                                            args.draft_tokens, toks)
+                ttft, dec, first_n, total, extra = run_ours(
+                    backend, drafters[method], prompt, case["max_tokens"], args.draft_tokens, toks
+                )
             outputs[method] = toks
-            row["methods"][method] = {"tokens": total, "ttft_s": round(ttft, 4),
-                                      "prefill_tok_s": round(len(prompt) / ttft, 1),
-                                      "decode_s": round(dec, 4),
-                                      "decode_tok_s": round((total - first_n) / dec, 2) if dec > 0 else None,
-                                      **extra}
+            row["methods"][method] = {
+                "tokens": total,
+                "ttft_s": round(ttft, 4),
+                "prefill_tok_s": round(len(prompt) / ttft, 1),
+                "decode_s": round(dec, 4),
+                "decode_tok_s": round((total - first_n) / dec, 2) if dec > 0 else None,
+                **extra,
+            }
         for method in in_pass:
             row["methods"][method]["same_as_plain"] = outputs[method] == outputs.get("none", outputs[method])
         base = row["methods"].get("none", {}).get("decode_tok_s")
@@ -145,17 +167,33 @@ def main() -> None:
             m = row["methods"][method]
             m["ratio_to_plain"] = round(m["decode_tok_s"] / base, 3) if base and m["decode_tok_s"] else None
         results.append(row)
-        print(json.dumps({"case": case["id"], "pass": pass_no, **{k: (v["decode_tok_s"], v["ratio_to_plain"])
-                                                   for k, v in row["methods"].items()}}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "case": case["id"],
+                    "pass": pass_no,
+                    **{k: (v["decode_tok_s"], v["ratio_to_plain"]) for k, v in row["methods"].items()},
+                }
+            ),
+            flush=True,
+        )
 
-    by_kind = {f"pass {p}": summarize([r for r in results if r["pass"] == p], methods)
-               for p in range(1, args.passes + 1)}
-    report = {"model": name, "model_path": str(path), "machine": platform.processor() or platform.machine(),
-              "threads": args.threads, "draft_tokens": args.draft_tokens, "passes": args.passes,
-              "drafter_options": {"ngram_min": args.ngram_min, "ngram_max": args.ngram_max},
-              "date": time.strftime("%Y-%m-%d"),
-              "timing": "prefill = time to first token; decode = tokens after the first step / time after it",
-              "by_kind": by_kind, "cases": results}
+    by_kind = {
+        f"pass {p}": summarize([r for r in results if r["pass"] == p], methods) for p in range(1, args.passes + 1)
+    }
+    report = {
+        "model": name,
+        "model_path": str(path),
+        "machine": platform.processor() or platform.machine(),
+        "threads": args.threads,
+        "draft_tokens": args.draft_tokens,
+        "passes": args.passes,
+        "drafter_options": {"ngram_min": args.ngram_min, "ngram_max": args.ngram_max},
+        "date": time.strftime("%Y-%m-%d"),
+        "timing": "prefill = time to first token; decode = tokens after the first step / time after it",
+        "by_kind": by_kind,
+        "cases": results,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     for name, table in by_kind.items():
@@ -191,9 +229,14 @@ def print_table(by_kind, methods):
     print(f"{'kind':<12}" + "".join(f"{m + ' dec tok/s':>18}{'x plain':>9}{'prefill':>9}" for m in methods))
     for kind, ms in by_kind.items():
         ms = {m: ms.get(m, {"decode_tok_s": 0, "mean_ratio_to_plain": 0, "prefill_tok_s": 0}) for m in methods}
-        print(f"{kind:<12}" + "".join(
-            f"{ms[m]['decode_tok_s'] or 0:>18.1f}{ms[m]['mean_ratio_to_plain'] or 0:>9.2f}{ms[m]['prefill_tok_s']:>9.0f}"
-            for m in methods))
+        print(
+            f"{kind:<12}"
+            + "".join(
+                f"{ms[m]['decode_tok_s'] or 0:>18.1f}{ms[m]['mean_ratio_to_plain'] or 0:>9.2f}"
+                f"{ms[m]['prefill_tok_s']:>9.0f}"
+                for m in methods
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ speed is the mean over all its steps.
 The figure shown is also capped at tau * (1 + EPS): a step emitting tau tokens can at best cost one plain
 step, so anything above that is noise in the baseline, not speed.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,7 +18,6 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from statistics import fmean
-from typing import Optional
 
 MIN_STEPS = 16  # plain steps near the current context length before a speedup is shown
 SPAN = 0.25  # "near": within this share of the current context length
@@ -47,19 +47,22 @@ class PlainBaseline:
     def __init__(self) -> None:
         self._steps: deque[tuple[int, float, float]] = deque(maxlen=KEEP)  # (context length, seconds, when)
         self._recorded = 0
-        self._cached: Optional[tuple[int, int, Optional[PlainSpeed]]] = None  # (length, recorded, answer)
+        self._cached: tuple[int, int, PlainSpeed | None] | None = None  # (length, recorded, answer)
 
     def record(self, context_len: int, seconds: float) -> None:
         if seconds > 0:
             self._steps.append((context_len, seconds, time.perf_counter()))
             self._recorded += 1
 
-    def at(self, context_len: int) -> Optional[PlainSpeed]:
+    def at(self, context_len: int) -> PlainSpeed | None:
         """Plain decoding speed at about this context length, or None while fewer than MIN_STEPS plain
         steps were measured near it."""
         cached = self._cached
-        if (cached is not None and abs(context_len - cached[0]) <= REFRESH_SPAN * cached[0]
-                and self._recorded - cached[1] < (REFRESH_STEPS if cached[2] else 1)):
+        if (
+            cached is not None
+            and abs(context_len - cached[0]) <= REFRESH_SPAN * cached[0]
+            and self._recorded - cached[1] < (REFRESH_STEPS if cached[2] else 1)
+        ):
             return cached[2]
         low, high = math.floor((1 - SPAN) * context_len), math.ceil((1 + SPAN) * context_len)
         near = [(s, when) for n, s, when in self._steps if low <= n <= high]
@@ -73,10 +76,10 @@ class PlainBaseline:
 def trimmed_mean(values: list[float]) -> float:
     values = sorted(values)
     cut = int(TRIM * len(values))
-    return fmean(values[cut:len(values) - cut])
+    return fmean(values[cut : len(values) - cut])
 
 
-def speedup(decode_tok_s: float, tau: float, plain: Optional[PlainSpeed]) -> Optional[float]:
+def speedup(decode_tok_s: float, tau: float, plain: PlainSpeed | None) -> float | None:
     """Decode speed over in-session plain decoding, capped at tau * (1 + EPS); None without a baseline."""
     if plain is None or decode_tok_s <= 0:
         return None

@@ -11,6 +11,7 @@ Figures are cold: every repeat starts with fresh drafters and controllers, an em
 started servers, so no case ever meets its own earlier answer. Within a repeat each method keeps its state
 across the cases, as a chat session would (later cases see earlier cases' answers).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -21,10 +22,10 @@ import re
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -67,7 +68,7 @@ class Method:
     guard: bool = True  # the session's exact guard applies (NAME+noguard: it does not)
 
 
-def load_cases(path: Optional[str] = None) -> list[dict]:
+def load_cases(path: str | None = None) -> list[dict]:
     """Cases of a workload file; `source` (module:qualname) pastes that object's source over {source}."""
     where = path or "the built-in workload"
     try:
@@ -84,8 +85,7 @@ def load_cases(path: Optional[str] = None) -> list[dict]:
             if not (isinstance(case["id"], str) and isinstance(case["kind"], str) and isinstance(messages, list)):
                 raise TypeError("id and kind must be strings, messages a list")
         except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"{where}, line {number}: not a workload case (needs id, kind, messages): "
-                              f"{exc}") from exc
+            raise ConfigError(f"{where}, line {number}: not a workload case (needs id, kind, messages): {exc}") from exc
         if case.get("source"):
             source = _source_of(case["source"], where, number)
             for m in messages:
@@ -108,7 +108,7 @@ def _source_of(spec: str, where: str, number: int) -> str:
         raise ConfigError(f"{where}, line {number}: source {spec!r} not found ({exc})") from exc
 
 
-def make_methods(spec: str, session: Session, default_k, scratch: Optional[str] = None) -> list[Method]:
+def make_methods(spec: str, session: Session, default_k, scratch: str | None = None) -> list[Method]:
     """Fresh drafters and controllers for the methods of `spec`; with `scratch`, every method's suffix
     cache lives in its own empty folder under it."""
     methods: list[Method] = []
@@ -126,11 +126,12 @@ def make_methods(spec: str, session: Session, default_k, scratch: Optional[str] 
     return methods
 
 
-def _make_method(item: str, session: Session, default_k, cache_dir: Optional[Path]) -> Method:
+def _make_method(item: str, session: Session, default_k, cache_dir: Path | None) -> Method:
     match = re.fullmatch(r"([a-z]+)(?:@([a-z0-9:]+))?(?:#(\d+))?(?:@([a-z0-9:]+))?(\+noguard)?", item)
     if not match or (match.group(2) and match.group(4)):
-        raise ConfigError(f"--drafters {item!r}: expected NAME, NAME@K or eagle#N (trees of N tokens), "
-                          f"optionally +noguard")
+        raise ConfigError(
+            f"--drafters {item!r}: expected NAME, NAME@K or eagle#N (trees of N tokens), optionally +noguard"
+        )
     name, k, tree = match.group(1), match.group(2) or match.group(4), match.group(3)
     check_drafter_name(name)
     options = session.drafter_options
@@ -165,29 +166,40 @@ def peer_binary(spec: str) -> Path:
     return find_llama_server(path or None)
 
 
-def peer_config(binary: Path, session: Session, types: list[str], gpu_layers: int = 0
-                ) -> tuple[ServerConfig, list[str], list[str]]:
+def peer_config(
+    binary: Path, session: Session, types: list[str], gpu_layers: int = 0
+) -> tuple[ServerConfig, list[str], list[str]]:
     """The server settings mirroring the session (model, context, threads, batch), the types that can run,
     and notes on those that cannot."""
     backend = session.backend
     model = Path(getattr(backend, "path", None) or "")
     if model.suffix != ".gguf" or not model.is_file():
-        raise ConfigError(f"--peer llama-server needs a GGUF model on the llama.cpp backend; the {backend.name} "
-                          f"backend holds {model or session.model_name} (use --backend llama.cpp)")
+        raise ConfigError(
+            f"--peer llama-server needs a GGUF model on the llama.cpp backend; the {backend.name} "
+            f"backend holds {model or session.model_name} (use --backend llama.cpp)"
+        )
     draft, notes = None, []
     if "draft-simple" in types:
         draft, why = _peer_draft(session.drafter_options)
         if draft is None:
             types = [t for t in types if t != "draft-simple"]
             notes.append(f"server:draft-simple skipped: {why}")
-    config = ServerConfig(binary, model, n_ctx=backend.n_ctx, threads=getattr(backend, "n_threads", None) or 1,
-                          n_batch=getattr(backend, "n_batch", 512), gpu_layers=gpu_layers, draft_model=draft)
+    config = ServerConfig(
+        binary,
+        model,
+        n_ctx=backend.n_ctx,
+        threads=getattr(backend, "n_threads", None) or 1,
+        n_batch=getattr(backend, "n_batch", 512),
+        gpu_layers=gpu_layers,
+        draft_model=draft,
+    )
     return config, types, notes
 
 
-def _peer_draft(options) -> tuple[Optional[Path], str]:
+def _peer_draft(options) -> tuple[Path | None, str]:
     """--draft-model, else the target's first `drafts` entry of models.toml, as a GGUF file."""
     from localspec.registry import resolve_model
+
     if options.draft_model:
         path = Path(options.draft_model)
     elif options.known_drafts:
@@ -207,31 +219,63 @@ def plain_of(label: str) -> str:
     return SERVER + "plain" if label.startswith(SERVER) else "none"
 
 
-def run_bench(session: Session, spec: str, cases: list[dict], *, default_k="auto",
-              peer: Optional[ServerConfig] = None, peer_types: Sequence[str] = ("plain",), seed: int = 0,
-              progress=print, repeats: int = 1, notes: Sequence[str] = ()) -> dict:
+def run_bench(
+    session: Session,
+    spec: str,
+    cases: list[dict],
+    *,
+    default_k="auto",
+    peer: ServerConfig | None = None,
+    peer_types: Sequence[str] = ("plain",),
+    seed: int = 0,
+    progress=print,
+    repeats: int = 1,
+    notes: Sequence[str] = (),
+) -> dict:
     """Every method (and peer type) on every case, `repeats` times over, the order rotated per case and per
     repeat; each repeat starts cold (see the module doc)."""
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="localspec-bench-") as scratch:
         for r in range(repeats):
-            rows += _run_repeat(session, spec, default_k, cases, r, Path(scratch) / f"repeat-{r}",
-                                peer, peer_types if peer else (), seed, progress)
+            rows += _run_repeat(
+                session,
+                spec,
+                default_k,
+                cases,
+                r,
+                Path(scratch) / f"repeat-{r}",
+                peer,
+                peer_types if peer else (),
+                seed,
+                progress,
+            )
     labels = list(rows[0]["methods"]) if rows else []
     labels = [m for m in labels if not m.startswith(SERVER)] + [m for m in labels if m.startswith(SERVER)]
     per_case = summarize_cases(rows, labels)
-    report = {"model": session.model_name, "backend": session.backend.name,
-              "machine": platform.processor() or platform.machine(),
-              "threads": getattr(session.backend, "n_threads", None), "ctx": getattr(session.backend, "n_ctx", None),
-              "date": time.strftime("%Y-%m-%d"), "sampling": asdict(session.sampling), "repeats": repeats,
-              "methods": labels, "notes": NOTES + list(notes),
-              "timing": "localspec decode = tokens / time of the generate loop after prefill (draft, verify and "
-                        "overhead); llama-server decode = its predicted_per_second (see notes)",
-              "by_kind": summarize(rows, per_case, labels), "per_case": per_case, "cases": rows}
+    report = {
+        "model": session.model_name,
+        "backend": session.backend.name,
+        "machine": platform.processor() or platform.machine(),
+        "threads": getattr(session.backend, "n_threads", None),
+        "ctx": getattr(session.backend, "n_ctx", None),
+        "date": time.strftime("%Y-%m-%d"),
+        "sampling": asdict(session.sampling),
+        "repeats": repeats,
+        "methods": labels,
+        "notes": NOTES + list(notes),
+        "timing": "localspec decode = tokens / time of the generate loop after prefill (draft, verify and "
+        "overhead); llama-server decode = its predicted_per_second (see notes)",
+        "by_kind": summarize(rows, per_case, labels),
+        "per_case": per_case,
+        "cases": rows,
+    }
     if peer:
-        report["peer"] = {"binary": str(peer.binary), "types": list(peer_types),
-                          "draft_model": str(peer.draft_model) if peer.draft_model else None,
-                          "argv": {t: peer.server(t, Path("log")).argv(0) for t in peer_types}}
+        report["peer"] = {
+            "binary": str(peer.binary),
+            "types": list(peer_types),
+            "draft_model": str(peer.draft_model) if peer.draft_model else None,
+            "argv": {t: peer.server(t, Path("log")).argv(0) for t in peer_types},
+        }
     return report
 
 
@@ -247,9 +291,15 @@ def _run_repeat(session, spec, default_k, cases, r, scratch: Path, peer, peer_ty
                 conv = Conversation()
                 conv.messages = [dict(m) for m in case["messages"]]
                 prompt = conv.prompt_tokens(session.backend, reserve=case["max_tokens"])
-                order = runners[i % len(runners):] + runners[:i % len(runners)]
-                row = {"id": case["id"], "kind": case["kind"], "repeat": r, "prompt_tokens": len(prompt),
-                       "order": [label for label, _ in order], "methods": {}}
+                order = runners[i % len(runners) :] + runners[: i % len(runners)]
+                row = {
+                    "id": case["id"],
+                    "kind": case["kind"],
+                    "repeat": r,
+                    "prompt_tokens": len(prompt),
+                    "order": [label for label, _ in order],
+                    "methods": {},
+                }
                 rng_seed = seed + j
                 for label, run in order:
                     row["methods"][label] = run(prompt, case["max_tokens"], rng_seed)
@@ -257,8 +307,13 @@ def _run_repeat(session, spec, default_k, cases, r, scratch: Path, peer, peer_ty
                 _compare(row)
                 row["bound"] = verify_bound(row)
                 rows.append(row)
-                progress(f"{case['id']:<18} r{r} " + "  ".join(
-                    f"{label} {m['decode_tok_s']:.1f} tok/s ({m['ratio_to_plain']}x)" for label, m in row["methods"].items()))
+                progress(
+                    f"{case['id']:<18} r{r} "
+                    + "  ".join(
+                        f"{label} {m['decode_tok_s']:.1f} tok/s ({m['ratio_to_plain']}x)"
+                        for label, m in row["methods"].items()
+                    )
+                )
     finally:
         for method in methods:
             method.drafter.close()
@@ -273,51 +328,83 @@ def _localspec_runner(session: Session, method: Method) -> Callable:
     def run(prompt, max_tokens, rng_seed) -> dict:
         session.backend.truncate(0)  # every method prefills the whole prompt, as a new chat does
         tokens, stats, first_step = [], None, None
-        for event in stream_generate(session.backend, method.drafter, prompt, session.sampling,
-                                     max_tokens=max_tokens, draft_tokens=method.policy,
-                                     rng=np.random.default_rng(rng_seed), plain=method.plain,
-                                     exact_guard=session.exact_guard if method.guard else None):
+        for event in stream_generate(
+            session.backend,
+            method.drafter,
+            prompt,
+            session.sampling,
+            max_tokens=max_tokens,
+            draft_tokens=method.policy,
+            rng=np.random.default_rng(rng_seed),
+            plain=method.plain,
+            exact_guard=session.exact_guard if method.guard else None,
+        ):
             tokens.extend(event.tokens)
             stats = event.stats
             if first_step is None:
                 first_step = stats.decode_s  # the step that emitted the first token
         return _figures(stats, first_step or 0.0, tokens)
+
     return run
 
 
 def _server_runner(server) -> Callable:
     def run(prompt, max_tokens, rng_seed) -> dict:
         return _server_figures(server.complete(prompt, max_tokens))
+
     return run
 
 
 def _figures(stats, first_step_s: float, tokens: list[int]) -> dict:
     d = stats.to_dict()
     decode = stats.decode_s or 1e-9
-    return {"tokens": stats.generated, "prefill_s": d["prefill_s"], "ttft_s": round(stats.prefill_s + first_step_s, 4),
-            "decode_s": d["decode_s"], "decode_tok_s": d["decode_tok_s"],
-            "total_s": round(stats.prefill_s + stats.decode_s, 4), "prefill_tok_s": d["prefill_tok_s"],
-            "acceptance_rate": d["acceptance_rate"], "tau": d["mean_accepted_length"],
-            "draft_share": round(stats.draft_s / decode, 3), "verify_share": round(stats.verify_s / decode, 3),
-            "speclen": d["speclen"], "acceptance_rules": d["acceptance_rules"], "drafter": d["drafter"],
-            "speedup_in_session": d["speedup"], "plain_in_session": d["plain"], "exact_guard": d["exact_guard"],
-            "output_ids": list(tokens)}
+    return {
+        "tokens": stats.generated,
+        "prefill_s": d["prefill_s"],
+        "ttft_s": round(stats.prefill_s + first_step_s, 4),
+        "decode_s": d["decode_s"],
+        "decode_tok_s": d["decode_tok_s"],
+        "total_s": round(stats.prefill_s + stats.decode_s, 4),
+        "prefill_tok_s": d["prefill_tok_s"],
+        "acceptance_rate": d["acceptance_rate"],
+        "tau": d["mean_accepted_length"],
+        "draft_share": round(stats.draft_s / decode, 3),
+        "verify_share": round(stats.verify_s / decode, 3),
+        "speclen": d["speclen"],
+        "acceptance_rules": d["acceptance_rules"],
+        "drafter": d["drafter"],
+        "speedup_in_session": d["speedup"],
+        "plain_in_session": d["plain"],
+        "exact_guard": d["exact_guard"],
+        "output_ids": list(tokens),
+    }
 
 
 def _server_figures(reply) -> dict:
     t = reply.timings
     prefill, decode = t.get("prompt_ms", 0) / 1e3, t.get("predicted_ms", 0) / 1e3
     drafted, accepted = t.get("draft_n", 0), t.get("draft_n_accepted", 0)
-    return {"tokens": t.get("predicted_n", len(reply.tokens)), "prefill_s": round(prefill, 4),
-            "ttft_s": round(prefill, 4), "decode_s": round(decode, 4),
-            "decode_tok_s": round(t.get("predicted_per_second", 0.0), 2), "total_s": round(prefill + decode, 4),
-            "prefill_tok_s": round(t.get("prompt_per_second", 0.0), 2), "prompt_n": t.get("prompt_n"),
-            "draft_n": drafted, "draft_n_accepted": accepted,
-            "acceptance_rate": round(accepted / drafted, 4) if drafted else None, "tau": None,
-            "draft_share": None, "verify_share": None, "timings": dict(t), "output_ids": list(reply.tokens)}
+    return {
+        "tokens": t.get("predicted_n", len(reply.tokens)),
+        "prefill_s": round(prefill, 4),
+        "ttft_s": round(prefill, 4),
+        "decode_s": round(decode, 4),
+        "decode_tok_s": round(t.get("predicted_per_second", 0.0), 2),
+        "total_s": round(prefill + decode, 4),
+        "prefill_tok_s": round(t.get("prompt_per_second", 0.0), 2),
+        "prompt_n": t.get("prompt_n"),
+        "draft_n": drafted,
+        "draft_n_accepted": accepted,
+        "acceptance_rate": round(accepted / drafted, 4) if drafted else None,
+        "tau": None,
+        "draft_share": None,
+        "verify_share": None,
+        "timings": dict(t),
+        "output_ids": list(reply.tokens),
+    }
 
 
-def _ratio(a, b) -> Optional[float]:
+def _ratio(a, b) -> float | None:
     return round(a / b, 3) if a and b else None
 
 
@@ -329,13 +416,16 @@ def _compare(row: dict) -> None:
         base = ms.get(plain_of(label))
         m["plain"] = plain_of(label)
         m["ratio_to_plain"] = _ratio(m["decode_tok_s"], base["decode_tok_s"]) if base else None
-        m["ratio_to_plain_total"] = (_ratio(m["tokens"] / m["total_s"], base["tokens"] / base["total_s"])
-                                     if base and m["total_s"] and base["total_s"] else None)
+        m["ratio_to_plain_total"] = (
+            _ratio(m["tokens"] / m["total_s"], base["tokens"] / base["total_s"])
+            if base and m["total_s"] and base["total_s"]
+            else None
+        )
         m["same_as_plain"] = bool(base) and m["output_ids"] == base["output_ids"]
         m["prefix_same_as_none"] = common_prefix(m["output_ids"], reference)  # tokens equal to localspec plain's
 
 
-def verify_bound(row: dict) -> Optional[dict]:
+def verify_bound(row: dict) -> dict | None:
     """The best speedup localspec's measured verify curve allows: max over n of n * verify_ms[1] / verify_ms[n]
     (all n tokens accepted at window n, against one token per single step). The suffix method's curve, else
     the first method's that has one."""
@@ -348,12 +438,12 @@ def verify_bound(row: dict) -> Optional[dict]:
     return None
 
 
-def _median(values) -> Optional[float]:
+def _median(values) -> float | None:
     values = [v for v in values if v is not None]
     return round(statistics.median(values), 3) if values else None
 
 
-def _mean(values) -> Optional[float]:
+def _mean(values) -> float | None:
     values = [v for v in values if v is not None]
     return round(sum(values) / len(values), 3) if values else None
 
@@ -369,12 +459,16 @@ def summarize_cases(rows: list[dict], labels: list[str]) -> dict:
         case["repeats"] = len(group)
         case["bound"] = bound
         case["median_ratio"] = {m: _median(r["methods"][m]["ratio_to_plain"] for r in group) for m in labels}
-        case["median_ratio_total"] = {m: _median(r["methods"][m]["ratio_to_plain_total"] for r in group) for m in labels}
-        case["median_speedup_in_session"] = {m: _median(r["methods"][m].get("speedup_in_session") for r in group)
-                                             for m in labels}
+        case["median_ratio_total"] = {
+            m: _median(r["methods"][m]["ratio_to_plain_total"] for r in group) for m in labels
+        }
+        case["median_speedup_in_session"] = {
+            m: _median(r["methods"][m].get("speedup_in_session") for r in group) for m in labels
+        }
         case["median_ttft_s"] = {m: _median(r["methods"][m]["ttft_s"] for r in group) for m in labels}
-        case["fraction_of_bound"] = {m: round(v / bound, 3) if v and bound else None
-                                     for m, v in case["median_ratio"].items()}
+        case["fraction_of_bound"] = {
+            m: round(v / bound, 3) if v and bound else None for m, v in case["median_ratio"].items()
+        }
         case["all_same_as_plain"] = {m: all(r["methods"][m]["same_as_plain"] for r in group) for m in labels}
     return out
 
@@ -411,23 +505,33 @@ def _cell(value, fmt: str, width: int) -> str:
 def format_tables(report: dict) -> str:
     lines = [f"{report['model']} · {report['backend']} · {report['machine']} · {report['date']}"]
     w = max([12] + [len(m) + 2 for m in report["methods"]])
-    header = (f"  {'method':<{w}}{'tok/s':>8}{'x plain':>9}{'x total':>9}{'ttft ms':>9}{'accept':>8}{'tau':>6}"
-              f"{'draft':>7}{'verify':>8}")
+    header = (
+        f"  {'method':<{w}}{'tok/s':>8}{'x plain':>9}{'x total':>9}{'ttft ms':>9}{'accept':>8}{'tau':>6}"
+        f"{'draft':>7}{'verify':>8}"
+    )
     for kind, methods in report["by_kind"].items():
         lines += ["", kind, header]
         for label, m in methods.items():
             ttft = None if m["ttft_s"] is None else m["ttft_s"] * 1e3
-            lines.append(f"  {label:<{w}}{_cell(m['decode_tok_s'], '.1f', 8)}{_cell(m['ratio_to_plain'], '.2f', 9)}"
-                         f"{_cell(m['ratio_to_plain_total'], '.2f', 9)}{_cell(ttft, '.0f', 9)}"
-                         f"{_cell(m['acceptance_rate'], '.0%', 8)}{_cell(m['tau'], '.2f', 6)}"
-                         f"{_cell(m['draft_share'], '.0%', 7)}{_cell(m['verify_share'], '.0%', 8)}")
-    lines += ["", f"median ratio to own plain per case over {report.get('repeats', 1)} repeat(s) "
-                  f"(bound: localspec's verify curve)"]
+            lines.append(
+                f"  {label:<{w}}{_cell(m['decode_tok_s'], '.1f', 8)}{_cell(m['ratio_to_plain'], '.2f', 9)}"
+                f"{_cell(m['ratio_to_plain_total'], '.2f', 9)}{_cell(ttft, '.0f', 9)}"
+                f"{_cell(m['acceptance_rate'], '.0%', 8)}{_cell(m['tau'], '.2f', 6)}"
+                f"{_cell(m['draft_share'], '.0%', 7)}{_cell(m['verify_share'], '.0%', 8)}"
+            )
+    lines += [
+        "",
+        f"median ratio to own plain per case over {report.get('repeats', 1)} repeat(s) "
+        f"(bound: localspec's verify curve)",
+    ]
     ours = [m for m in report["methods"] if not m.startswith(SERVER) and m != "none"]
     peers = [m for m in report["methods"] if m.startswith(SERVER) and m != SERVER + "plain"]
     cw = {m: max(7, len(m) + 1) for m in ours + peers}
-    lines.append(f"  {'case':<18}{'kind':<12}{'bound':>7}" + "".join(f"{m:>{cw[m]}}" for m in ours)
-                 + ("  |" + "".join(f"{m:>{cw[m]}}" for m in peers) if peers else ""))
+    lines.append(
+        f"  {'case':<18}{'kind':<12}{'bound':>7}"
+        + "".join(f"{m:>{cw[m]}}" for m in ours)
+        + ("  |" + "".join(f"{m:>{cw[m]}}" for m in peers) if peers else "")
+    )
     for case_id, c in report["per_case"].items():
         cells = "".join(_cell(c["median_ratio"][m], ".2f", cw[m]) for m in ours)
         if peers:
@@ -440,6 +544,7 @@ def plot(report: dict, out: str) -> None:
     """Bars per kind: each method's decode ratio to its own system's plain (hatched: llama-server)."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -450,8 +555,13 @@ def plot(report: dict, out: str) -> None:
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(kinds) + 0.3 * len(labels)), 4))
     for j, label in enumerate(labels):
         values = [report["by_kind"][k][label]["ratio_to_plain"] or 0 for k in kinds]
-        ax.bar([i + j * width for i in range(len(kinds))], values, width, label=label,
-               hatch="//" if label.startswith(SERVER) else None)
+        ax.bar(
+            [i + j * width for i in range(len(kinds))],
+            values,
+            width,
+            label=label,
+            hatch="//" if label.startswith(SERVER) else None,
+        )
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks([i + width * (len(labels) - 1) / 2 for i in range(len(kinds))], kinds)
     ax.set_ylabel("decode tok/s / own plain")

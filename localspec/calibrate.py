@@ -7,9 +7,10 @@ position's gap between the plain run and any windowed run, over at least MIN_POS
 cached per Backend.cost_key() (model file, backend, build, threads); a backend with nothing cached uses
 exact_guard.DEFAULT_MARGIN.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -21,8 +22,8 @@ MIN_POSITIONS = 512
 WINDOWS = (2, 3, 5, 9, 17, 33, 65)  # verify windows (pending token + draft) the controller uses
 PER_PROMPT = 128  # most positions one prompt contributes
 PROMPTS = (  # the first is measured always: past 256 tokens llama.cpp's 1-token attention takes another kernel
-    "Add a docstring to each function:\n" + "\n".join(f"def scale_{i}(x):\n    return x * {i} + {i * 7 % 10}"
-                                                      for i in range(30)),
+    "Add a docstring to each function:\n"
+    + "\n".join(f"def scale_{i}(x):\n    return x * {i} + {i * 7 % 10}" for i in range(30)),
     "Write a Python function that checks whether a string is a palindrome.",
     "Explain in a few sentences why the sky is blue.",
     "List five fruits and one fact about each.",
@@ -70,18 +71,25 @@ def _plain_run(backend: Backend, prompt: Sequence[int], limit: int) -> tuple[lis
     return fed, gaps, tops
 
 
-def _windowed_run(backend: Backend, prompt: Sequence[int], fed: list[int], window: int) -> tuple[np.ndarray, np.ndarray]:
+def _windowed_run(
+    backend: Backend, prompt: Sequence[int], fed: list[int], window: int
+) -> tuple[np.ndarray, np.ndarray]:
     """The same positions, teacher-forced in windows of `window` tokens: (gaps, argmax) per position."""
     backend.truncate(0)
     backend.prefill(list(prompt[:-1]))
     sequence = [prompt[-1], *fed]
-    rows = [backend.forward(sequence[i:i + window]).logits for i in range(0, len(sequence), window)]
+    rows = [backend.forward(sequence[i : i + window]).logits for i in range(0, len(sequence), window)]
     logits = np.concatenate(rows)
     return top_gaps(logits), np.argmax(logits, axis=1)
 
 
-def measure(backend: Backend, prompts: Sequence[Sequence[int]], windows: Sequence[int] = WINDOWS,
-            positions: int = MIN_POSITIONS, progress: Optional[Callable[[str], None]] = None) -> dict:
+def measure(
+    backend: Backend,
+    prompts: Sequence[Sequence[int]],
+    windows: Sequence[int] = WINDOWS,
+    positions: int = MIN_POSITIONS,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
     """The margin and what it rests on, from prompts (token ids) cycled until `positions` are measured.
     A backend with batch-invariant kernels is measured with them: its gap differences should be 0."""
     invariant = backend.capabilities.batch_invariant
@@ -109,13 +117,18 @@ def measure(backend: Backend, prompts: Sequence[Sequence[int]], windows: Sequenc
         if progress:
             progress(f"window {w}: largest gap difference {delta_w:.3f}")
     backend.truncate(0)
-    return {"margin": round(max(2 * worst, 1e-3), 4), "max_gap_difference": round(worst, 4),
-            "kernels": "batch-invariant" if invariant else "default",
-            "positions": total, "windows": list(windows), "per_window": per_window, "argmax_flips": flips}
+    return {
+        "margin": round(max(2 * worst, 1e-3), 4),
+        "max_gap_difference": round(worst, 4),
+        "kernels": "batch-invariant" if invariant else "default",
+        "positions": total,
+        "windows": list(windows),
+        "per_window": per_window,
+        "argmax_flips": flips,
+    }
 
 
-def calibrate(backend: Backend, progress: Optional[Callable[[str], None]] = None,
-              positions: int = MIN_POSITIONS) -> dict:
+def calibrate(backend: Backend, progress: Callable[[str], None] | None = None, positions: int = MIN_POSITIONS) -> dict:
     """Measure on the built-in prompts (chat-formatted) and cache the result for this backend."""
     prompts = [backend.chat_tokens([{"role": "user", "content": p}]) for p in PROMPTS]
     result = measure(backend, prompts, positions=positions, progress=progress)
@@ -123,8 +136,9 @@ def calibrate(backend: Backend, progress: Optional[Callable[[str], None]] = None
     return result
 
 
-def window_differences(backend: Backend, prompt: Sequence[int], steps: int, windows: Sequence[int],
-                       rollback: bool = False) -> dict[int, float]:
+def window_differences(
+    backend: Backend, prompt: Sequence[int], steps: int, windows: Sequence[int], rollback: bool = False
+) -> dict[int, float]:
     """Largest |logit difference| between 1-token steps and teacher-forced windows of each size over the
     same positions (0.0: bit-identical); rollback: each window keeps only its first 2 positions, as a
     rejected draft does. A check of batch-invariant kernels (tests, benchmarks/kernel_costs.py)."""
@@ -140,7 +154,7 @@ def window_differences(backend: Backend, prompt: Sequence[int], steps: int, wind
         backend.truncate(len(prompt) - 1)
         got, i = [], 0
         while i < steps:
-            out = backend.forward(sequence[i:i + w]).logits
+            out = backend.forward(sequence[i : i + w]).logits
             keep = min(2, len(out)) if rollback else len(out)
             got.append(out[:keep])
             backend.truncate(len(prompt) - 1 + i + keep)

@@ -5,10 +5,10 @@ dropped (the system prompt is kept) until the prompt leaves room for an answer o
 If the newest message alone does not fit, that is a ContextOverflow error. The cached prefix of the
 previous turn is reused by the engine, so a growing chat prefills only the new messages.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from localspec.backends.base import Backend
 from localspec.errors import ContextOverflow
@@ -16,7 +16,7 @@ from localspec.errors import ContextOverflow
 
 @dataclass
 class Conversation:
-    system: Optional[str] = None
+    system: str | None = None
     messages: list[dict] = field(default_factory=list)  # user/assistant turns, oldest first
     dropped: int = 0  # messages left out of the prompt to fit the context
 
@@ -38,7 +38,9 @@ class Conversation:
                 self.dropped = first
                 return tokens
             if first >= len(self.messages) - 1:
-                raise ContextOverflow(f"the message is {len(tokens)} tokens with the system prompt, more than "
-                                      f"the context of {backend.n_ctx} tokens allows with room for an answer; "
-                                      f"shorten it or raise --ctx")
+                raise ContextOverflow(
+                    f"the message is {len(tokens)} tokens with the system prompt, more than "
+                    f"the context of {backend.n_ctx} tokens allows with room for an answer; "
+                    f"shorten it or raise --ctx"
+                )
             first += 2 if self.messages[first]["role"] == "user" and first + 2 < len(self.messages) else 1

@@ -3,6 +3,7 @@
 Files live in ``$LOCALSPEC_DATA/chats`` (default ``~/.local/share/localspec/chats``) and are replaced
 atomically after every turn. Each assistant message keeps the stats of the turn that produced it.
 """
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,6 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from localspec.chat import Conversation
 from localspec.errors import ConfigError
@@ -19,8 +19,10 @@ from localspec.fileio import atomic_write
 
 def data_dir() -> Path:
     """$LOCALSPEC_DATA, else $XDG_DATA_HOME/localspec (~/.local/share/localspec)."""
-    return Path(os.environ.get("LOCALSPEC_DATA") or os.path.join(
-        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "localspec"))
+    return Path(
+        os.environ.get("LOCALSPEC_DATA")
+        or os.path.join(os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "localspec")
+    )
 
 
 def chats_dir() -> Path:
@@ -32,36 +34,45 @@ class SavedChat:
     id: str
     model: str
     conversation: Conversation
-    stats: list[Optional[dict]] = field(default_factory=list)  # per message; None for user messages
+    stats: list[dict | None] = field(default_factory=list)  # per message; None for user messages
     created: float = field(default_factory=time.time)
 
     @classmethod
-    def new(cls, model: str, system: Optional[str] = None) -> "SavedChat":
+    def new(cls, model: str, system: str | None = None) -> SavedChat:
         return cls(time.strftime("%Y%m%d-%H%M%S-") + os.urandom(2).hex(), model, Conversation(system=system))
 
-    def add(self, role: str, content: str, stats: Optional[dict] = None) -> None:
+    def add(self, role: str, content: str, stats: dict | None = None) -> None:
         self.conversation.add(role, content)
         self.stats.append(stats)
 
     def to_json(self) -> dict:
-        return {"id": self.id, "created": self.created, "model": self.model, "system": self.conversation.system,
-                "messages": [dict(m, stats=s) if s else dict(m)
-                             for m, s in zip(self.conversation.messages, self.stats)]}
+        return {
+            "id": self.id,
+            "created": self.created,
+            "model": self.model,
+            "system": self.conversation.system,
+            "messages": [
+                dict(m, stats=s) if s else dict(m) for m, s in zip(self.conversation.messages, self.stats, strict=False)
+            ],
+        }
 
     def to_markdown(self) -> str:
         lines = [f"# Chat {self.id} — {self.model}", ""]
         if self.conversation.system:
             lines += [f"*System:* {self.conversation.system}", ""]
-        for message, stats in zip(self.conversation.messages, self.stats):
+        for message, stats in zip(self.conversation.messages, self.stats, strict=False):
             lines += [f"**{message['role']}:**", "", message["content"], ""]
             if stats:
                 rate = stats.get("acceptance_rate")
-                lines += [f"*{stats.get('generated_tokens')} tokens, {stats.get('decode_tok_s')} tok/s, "
-                          f"acceptance {'-' if rate is None else f'{rate:.0%}'}, "
-                          f"tau {stats.get('mean_accepted_length')}*", ""]
+                lines += [
+                    f"*{stats.get('generated_tokens')} tokens, {stats.get('decode_tok_s')} tok/s, "
+                    f"acceptance {'-' if rate is None else f'{rate:.0%}'}, "
+                    f"tau {stats.get('mean_accepted_length')}*",
+                    "",
+                ]
         return "\n".join(lines)
 
-    def save(self, path: Optional[Path] = None) -> Path:
+    def save(self, path: Path | None = None) -> Path:
         path = path or chats_dir() / f"{self.id}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         text = self.to_markdown() if path.suffix == ".md" else json.dumps(self.to_json(), indent=1, ensure_ascii=False)
@@ -69,7 +80,7 @@ class SavedChat:
         return path
 
 
-def load_chat(chat_id: Optional[str] = None) -> SavedChat:
+def load_chat(chat_id: str | None = None) -> SavedChat:
     """A saved chat by id (or file path); None = the most recent one."""
     folder = chats_dir()
     if chat_id is None:
@@ -81,8 +92,12 @@ def load_chat(chat_id: Optional[str] = None) -> SavedChat:
         path = Path(chat_id) if chat_id.endswith(".json") else folder / f"{chat_id}.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        chat = SavedChat(data["id"], data.get("model", ""), Conversation(system=data.get("system")),
-                         created=data.get("created", time.time()))
+        chat = SavedChat(
+            data["id"],
+            data.get("model", ""),
+            Conversation(system=data.get("system")),
+            created=data.get("created", time.time()),
+        )
         for m in data["messages"]:
             chat.add(m["role"], m["content"], m.get("stats"))
     except FileNotFoundError:

@@ -4,12 +4,13 @@ Rendered the way Hugging Face tokenizers render it (trim_blocks, lstrip_blocks, 
 non-ASCII text, ``raise_exception``), inside Jinja's sandbox since templates come with downloaded files.
 A model without a template gets ChatML, the most common format among small chat models.
 """
+
 from __future__ import annotations
 
 import datetime
 import json
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Optional, Sequence
 
 from localspec.errors import ModelError
 
@@ -19,14 +20,23 @@ CHATML = (
 )
 
 
-def render_chat(template: Optional[str], messages: Sequence[dict], *, add_generation_prompt: bool = True,
-                bos_token: str = "", eos_token: str = "") -> str:
+def render_chat(
+    template: str | None,
+    messages: Sequence[dict],
+    *,
+    add_generation_prompt: bool = True,
+    bos_token: str = "",
+    eos_token: str = "",
+) -> str:
     import jinja2.exceptions
 
     try:
         return _compile(template or CHATML).render(
-            messages=list(messages), add_generation_prompt=add_generation_prompt,
-            bos_token=bos_token, eos_token=eos_token)
+            messages=list(messages),
+            add_generation_prompt=add_generation_prompt,
+            bos_token=bos_token,
+            eos_token=eos_token,
+        )
     except jinja2.exceptions.TemplateError as exc:
         raise ModelError(f"the model's chat template failed to render: {exc}") from exc
 
@@ -39,8 +49,7 @@ def _compile(template: str):
     def raise_exception(message: str):
         raise ModelError(f"the model's chat template refused the conversation: {message}")
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)

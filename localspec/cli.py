@@ -1,9 +1,10 @@
 """`localspec run | chat`: the command line. Every user-facing error is one line and a non-zero exit."""
+
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from localspec import __version__
 from localspec.drafters import DRAFTERS
@@ -17,99 +18,166 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="localspec", description="Local chat with speculative decoding: faster answers, "
-                                                   "exactly the model's own output.")
+    parser = _Parser(
+        prog="localspec",
+        description="Local chat with speculative decoding: faster answers, exactly the model's own output.",
+    )
     parser.add_argument("--version", action="version", version=f"localspec {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     common = _Parser(add_help=False)
     g = common.add_argument_group("model")
-    g.add_argument("--model", "-m", help="a model name from models.toml or a path to a .gguf file "
-                                         "(default: the registry's default, SmolLM2-135M)")
+    g.add_argument(
+        "--model",
+        "-m",
+        help="a model name from models.toml or a path to a .gguf file (default: the registry's default, SmolLM2-135M)",
+    )
     g.add_argument("--ctx", type=int, help="context length in tokens (default: the model's, at most 4096)")
     g.add_argument("--threads", type=int, help="CPU threads (default: physical performance cores this process may use)")
-    g.add_argument("--backend", choices=["llama.cpp", "torch", "mlx"],
-                   help="llama.cpp (GGUF on CPU/GPU), torch (a GGUF or Hugging Face folder; CUDA when present) or "
-                        "mlx (an MLX folder; Apple silicon). Default: mlx on Apple silicon when the model has an "
-                        "MLX source, else llama.cpp")
-    g.add_argument("--gpu-layers", type=int, default=0,
-                   help="layers to offload with a CUDA/Metal/Vulkan build of llama.cpp (-1: all)")
+    g.add_argument(
+        "--backend",
+        choices=["llama.cpp", "torch", "mlx"],
+        help="llama.cpp (GGUF on CPU/GPU), torch (a GGUF or Hugging Face folder; CUDA when present) or "
+        "mlx (an MLX folder; Apple silicon). Default: mlx on Apple silicon when the model has an "
+        "MLX source, else llama.cpp",
+    )
+    g.add_argument(
+        "--gpu-layers",
+        type=int,
+        default=0,
+        help="layers to offload with a CUDA/Metal/Vulkan build of llama.cpp (-1: all)",
+    )
     g = common.add_argument_group("speculation")
     g.add_argument("--drafter", "-d", default="suffix", help=f"one of: {', '.join(DRAFTERS)} (default: suffix)")
-    g.add_argument("--draft-tokens", "-k", default="auto",
-                   help="tokens drafted per step: a number fixes it; 'auto' (the default) lets a controller pick "
-                        "0..64 each step from measured costs and the drafter's confidence; 'auto:N' caps it at N")
-    g.add_argument("--draft-model", help="--drafter draft: the draft model, a name or a .gguf path "
-                                         "(default: the first of the target's 'drafts' in models.toml)")
-    g.add_argument("--eagle-head", help="--drafter eagle: an EAGLE-1/2/3 head, a folder or a downloaded Hub repo "
-                                        "(default: the model's in models.toml; torch backend)")
-    g.add_argument("--eagle-tree", type=int, default=0, metavar="N",
-                   help="--drafter eagle: draft trees of N tokens (EAGLE-2 dynamic trees, verified with tree "
-                        "attention) instead of chains (0, the default)")
+    g.add_argument(
+        "--draft-tokens",
+        "-k",
+        default="auto",
+        help="tokens drafted per step: a number fixes it; 'auto' (the default) lets a controller pick "
+        "0..64 each step from measured costs and the drafter's confidence; 'auto:N' caps it at N",
+    )
+    g.add_argument(
+        "--draft-model",
+        help="--drafter draft: the draft model, a name or a .gguf path "
+        "(default: the first of the target's 'drafts' in models.toml)",
+    )
+    g.add_argument(
+        "--eagle-head",
+        help="--drafter eagle: an EAGLE-1/2/3 head, a folder or a downloaded Hub repo "
+        "(default: the model's in models.toml; torch backend)",
+    )
+    g.add_argument(
+        "--eagle-tree",
+        type=int,
+        default=0,
+        metavar="N",
+        help="--drafter eagle: draft trees of N tokens (EAGLE-2 dynamic trees, verified with tree "
+        "attention) instead of chains (0, the default)",
+    )
     g.add_argument("--ngram-min", type=int, help="shortest n-gram the ngram drafter matches (2)")
     g.add_argument("--ngram-max", type=int, help="longest n-gram the ngram drafter matches (4)")
     g.add_argument("--suffix-max-depth", type=int, help="suffix drafter: longest context it matches + drafts (64)")
     g.add_argument("--suffix-min-prob", type=float, help="suffix drafter: stop a draft below this confidence (0.5)")
     g.add_argument("--suffix-factor", type=float, help="suffix drafter: draft at most factor x match length (4.0)")
-    g.add_argument("--suffix-offset", type=float, help="suffix drafter: ... plus this many tokens (-2: matches under 3 tokens draft nothing)")
-    g.add_argument("--no-exact-guard", action="store_true",
-                   help="at temperature 0, run the backend's fastest kernels and take near-ties from verify "
-                        "windows (wide windows cost less, but the output may differ from plain decoding where "
-                        "batched rounding flips a tie)")
-    g.add_argument("--suffix-cache-tokens", type=int,
-                   help="suffix drafter: bound of the cache of past answers on disk (200000; 0 turns it off)")
+    g.add_argument(
+        "--suffix-offset",
+        type=float,
+        help="suffix drafter: ... plus this many tokens (-2: matches under 3 tokens draft nothing)",
+    )
+    g.add_argument(
+        "--no-exact-guard",
+        action="store_true",
+        help="at temperature 0, run the backend's fastest kernels and take near-ties from verify "
+        "windows (wide windows cost less, but the output may differ from plain decoding where "
+        "batched rounding flips a tie)",
+    )
+    g.add_argument(
+        "--suffix-cache-tokens",
+        type=int,
+        help="suffix drafter: bound of the cache of past answers on disk (200000; 0 turns it off)",
+    )
     g = common.add_argument_group("sampling (llama.cpp's defaults; --temperature 0 is greedy)")
-    g.add_argument("--temperature", "-t", type=float,
-                   help=f"{SamplingParams.temperature} (bench: 0); 0 is greedy")
+    g.add_argument("--temperature", "-t", type=float, help=f"{SamplingParams.temperature} (bench: 0); 0 is greedy")
     g.add_argument("--top-k", type=int, default=40, help="0 turns it off")
     g.add_argument("--top-p", type=float, default=0.95, help="1 turns it off")
     g.add_argument("--min-p", type=float, default=0.05, help="0 turns it off")
     g.add_argument("--seed", type=int, help="make sampling reproducible")
     g.add_argument("--max-tokens", "-n", type=int, default=512, help="most tokens in one answer")
-    g.add_argument("--stop", action="append", default=[], help="stop when the answer contains this text "
-                                                               "(repeatable); end-of-turn tokens always stop")
+    g.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        help="stop when the answer contains this text (repeatable); end-of-turn tokens always stop",
+    )
     g.add_argument("--system", help="system prompt")
 
     run = sub.add_parser("run", parents=[common], help="answer one prompt and print the turn's stats")
     run.add_argument("prompt", help="the user message ('-' reads it from stdin)")
     run.add_argument("--json", action="store_true", help="print the answer and its stats as one JSON object")
 
-    sim = sub.add_parser("simulate", parents=[common],
-                         help="replay recorded answers through a drafter against a perfect oracle (no decoding)")
-    sim.add_argument("file", help="JSONL: per line {\"messages\": [...]} ending with the assistant's answer, "
-                                  "or {\"prompt\": ..., \"answer\": ...}")
-    sim.add_argument("--cost-curve", help="JSON from benchmarks/verify_cost.py: also predict the speedup on "
-                                          "the machine it was measured on")
+    sim = sub.add_parser(
+        "simulate",
+        parents=[common],
+        help="replay recorded answers through a drafter against a perfect oracle (no decoding)",
+    )
+    sim.add_argument(
+        "file",
+        help='JSONL: per line {"messages": [...]} ending with the assistant\'s answer, '
+        'or {"prompt": ..., "answer": ...}',
+    )
+    sim.add_argument(
+        "--cost-curve",
+        help="JSON from benchmarks/verify_cost.py: also predict the speedup on the machine it was measured on",
+    )
 
-    bench = sub.add_parser("bench", parents=[common],
-                           help="time drafters against plain decoding on a workload; prints a table per kind")
-    bench.add_argument("--drafters", default="none,ngram,suffix",
-                       help="comma-separated methods: drafter names, NAME@K for a fixed K, eagle#N for EAGLE trees "
-                            "of N tokens, NAME+noguard without the exact guard (default: none,ngram,suffix)")
+    bench = sub.add_parser(
+        "bench", parents=[common], help="time drafters against plain decoding on a workload; prints a table per kind"
+    )
+    bench.add_argument(
+        "--drafters",
+        default="none,ngram,suffix",
+        help="comma-separated methods: drafter names, NAME@K for a fixed K, eagle#N for EAGLE trees "
+        "of N tokens, NAME+noguard without the exact guard (default: none,ngram,suffix)",
+    )
     bench.add_argument("--prompts", help="workload JSONL in the ../shared/bench format (default: a small built-in one)")
     bench.add_argument("--cases", help="comma-separated case ids to run (default: all)")
     bench.add_argument("--repeats", type=int, default=1, help="run the workload this many times (noisy machines)")
     bench.add_argument("--json", dest="json_out", metavar="OUT", help="write every figure to this JSON file")
     bench.add_argument("--plot", metavar="OUT.png", help="bar chart of the ratios to plain (needs matplotlib)")
-    bench.add_argument("--peer", metavar="llama-server[=PATH]",
-                       help="also measure llama.cpp's own llama-server on the same prompts: PATH is its binary "
-                            "(or folder); default: llama-server on PATH")
-    bench.add_argument("--peer-types", default="plain,ngram-mod,ngram-simple,draft-simple",
-                       help="--peer: llama-server speculation types, methods server:TYPE; draft-simple uses "
-                            "--draft-model or the model's first draft (default: plain,ngram-mod,ngram-simple,"
-                            "draft-simple; plain is always run)")
+    bench.add_argument(
+        "--peer",
+        metavar="llama-server[=PATH]",
+        help="also measure llama.cpp's own llama-server on the same prompts: PATH is its binary "
+        "(or folder); default: llama-server on PATH",
+    )
+    bench.add_argument(
+        "--peer-types",
+        default="plain,ngram-mod,ngram-simple,draft-simple",
+        help="--peer: llama-server speculation types, methods server:TYPE; draft-simple uses "
+        "--draft-model or the model's first draft (default: plain,ngram-mod,ngram-simple,"
+        "draft-simple; plain is always run)",
+    )
 
-    cal = sub.add_parser("calibrate", parents=[common],
-                         help="measure how verify windows round against 1-token steps for this model and build: the "
-                              "exact guard's near-tie margin, or a check of batch-invariant kernels (cached)")
+    cal = sub.add_parser(
+        "calibrate",
+        parents=[common],
+        help="measure how verify windows round against 1-token steps for this model and build: the "
+        "exact guard's near-tie margin, or a check of batch-invariant kernels (cached)",
+    )
     cal.add_argument("--positions", type=int, default=512, help="positions to measure (512)")
 
-    pull = sub.add_parser("pull", help="download a model (and its recommended draft and EAGLE head) into the "
-                                       "Hugging Face cache, or register a local .gguf file under a name")
+    pull = sub.add_parser(
+        "pull",
+        help="download a model (and its recommended draft and EAGLE head) into the "
+        "Hugging Face cache, or register a local .gguf file under a name",
+    )
     pull.add_argument("model", help="a name from models.toml, or a path to a .gguf file (with --name)")
     pull.add_argument("--name", help="the name for a local .gguf file")
-    pull.add_argument("--backend", choices=["llama.cpp", "mlx", "torch"],
-                      help="which source to download (default: mlx on Apple silicon when there is one, else llama.cpp)")
+    pull.add_argument(
+        "--backend",
+        choices=["llama.cpp", "mlx", "torch"],
+        help="which source to download (default: mlx on Apple silicon when there is one, else llama.cpp)",
+    )
     pull.add_argument("--quant", help="GGUF quantization, e.g. Q4_K_M or Q8_0 (default: the model's in models.toml)")
     pull.add_argument("--revision", help="a branch, tag or commit of the Hub repository")
     pull.add_argument("--no-drafts", action="store_true", help="do not also pull the recommended draft and EAGLE head")
@@ -120,39 +188,54 @@ def build_parser() -> argparse.ArgumentParser:
     rm = sub.add_parser("rm", help="delete a model's downloaded files from the Hugging Face cache")
     rm.add_argument("model", help="a name from models.toml")
 
-    train = sub.add_parser("train-eagle", help="distil an EAGLE head for a local model from its own hidden states "
-                                               "(PyTorch, CPU or CUDA); the result loads with --eagle-head")
+    train = sub.add_parser(
+        "train-eagle",
+        help="distil an EAGLE head for a local model from its own hidden states "
+        "(PyTorch, CPU or CUDA); the result loads with --eagle-head",
+    )
     train.add_argument("--model", "-m", help="a name from models.toml, a .gguf file or a Hugging Face folder")
-    train.add_argument("--data", required=True, help="corpus: JSONL with {\"messages\": [...]} or {\"text\": ...} "
-                                                     "per line, or a plain text file")
+    train.add_argument(
+        "--data",
+        required=True,
+        help='corpus: JSONL with {"messages": [...]} or {"text": ...} per line, or a plain text file',
+    )
     train.add_argument("--out", required=True, help="folder for the head (config.json + model.safetensors)")
     train.add_argument("--minutes", type=float, default=30.0, help="time budget, feature extraction included (30)")
     train.add_argument("--epochs", type=int, default=8, help="at most this many passes over the corpus (8)")
     train.add_argument("--seq-len", type=int, default=512, help="training window in tokens (512)")
     train.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (1e-3, cosine schedule)")
     train.add_argument("--max-corpus-tokens", type=int, default=0, help="use at most this many tokens (0: all)")
-    train.add_argument("--threads", type=int,
-                       help="CPU threads (default: physical performance cores this process may use)")
+    train.add_argument(
+        "--threads", type=int, help="CPU threads (default: physical performance cores this process may use)"
+    )
     train.add_argument("--seed", type=int, help="initialisation and data order")
 
     chat = sub.add_parser("chat", parents=[common], help="multi-turn chat")
     chat.add_argument("--plain", action="store_true", help="line-based chat (also used when not on a terminal)")
-    chat.add_argument("--resume", nargs="?", const="latest", metavar="ID",
-                      help="continue a saved chat (default: the most recent one)")
+    chat.add_argument(
+        "--resume", nargs="?", const="latest", metavar="ID", help="continue a saved chat (default: the most recent one)"
+    )
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "temperature", 0) is None:  # benchmarks are greedy unless asked otherwise
         args.temperature = 0.0 if args.command == "bench" else SamplingParams.temperature
     try:
         from localspec import commands
-        return {"run": commands.run_command, "chat": commands.chat_command,
-                "simulate": commands.simulate_command, "bench": commands.bench_command,
-                "pull": commands.pull_command, "list": commands.list_command,
-                "rm": commands.rm_command, "train-eagle": commands.train_eagle_command,
-                "calibrate": commands.calibrate_command}[args.command](args)
+
+        return {
+            "run": commands.run_command,
+            "chat": commands.chat_command,
+            "simulate": commands.simulate_command,
+            "bench": commands.bench_command,
+            "pull": commands.pull_command,
+            "list": commands.list_command,
+            "rm": commands.rm_command,
+            "train-eagle": commands.train_eagle_command,
+            "calibrate": commands.calibrate_command,
+        }[args.command](args)
     except LocalspecError as exc:
         print(f"localspec: error: {exc}", file=sys.stderr)
         return 1

@@ -1,4 +1,5 @@
 """What `localspec run` and `localspec chat --plain` do with a Session: text in, streamed text out."""
+
 from __future__ import annotations
 
 import json
@@ -38,10 +39,19 @@ def run_command(args) -> int:
             print(f"loaded {session.load_report()}", file=sys.stderr)
         text, stats, finish = _stream(session, conversation, None if args.json else sys.stdout)
         if args.json:
-            print(json.dumps({"model": session.model_name, "drafter": session.drafter.name,
-                              "model_memory_mb": round(session.backend.memory_bytes() / 2**20, 1),
-                              "text": text, "finish_reason": finish, "stats": stats.to_dict()},
-                             ensure_ascii=False))
+            print(
+                json.dumps(
+                    {
+                        "model": session.model_name,
+                        "drafter": session.drafter.name,
+                        "model_memory_mb": round(session.backend.memory_bytes() / 2**20, 1),
+                        "text": text,
+                        "finish_reason": finish,
+                        "stats": stats.to_dict(),
+                    },
+                    ensure_ascii=False,
+                )
+            )
         else:
             print()
             print(f"[{session.drafter.name}] {stats.summary()}", file=sys.stderr)
@@ -72,6 +82,7 @@ def _chat_to_continue(args) -> SavedChat:
             chat.conversation.system = args.system
         return chat
     from localspec.registry import load_registry
+
     return SavedChat.new(args.model or load_registry().default, args.system)
 
 
@@ -84,8 +95,10 @@ def plain_chat(args, chat: SavedChat) -> int:
     with Session.from_args(args) as session:
         conversation = chat.conversation
         if interactive:
-            print(f"localspec chat — {session.load_report()}. "
-                  f"Ctrl-C stops an answer, Ctrl-D or /exit quits.", file=sys.stderr)
+            print(
+                f"localspec chat — {session.load_report()}. Ctrl-C stops an answer, Ctrl-D or /exit quits.",
+                file=sys.stderr,
+            )
         while True:
             if interactive:
                 print("> ", end="", file=sys.stderr, flush=True)
@@ -109,8 +122,7 @@ def plain_chat(args, chat: SavedChat) -> int:
             chat.add("assistant", text, stats.to_dict())
             _save_quietly(chat)
             if conversation.dropped > dropped:
-                print(f"\n(left the {conversation.dropped} oldest messages out to fit the context)",
-                      file=sys.stderr)
+                print(f"\n(left the {conversation.dropped} oldest messages out to fit the context)", file=sys.stderr)
             note = " (interrupted)" if finish == "interrupted" else ""
             print()
             print(f"[{session.drafter.name}] {stats.summary()}{note}", file=sys.stderr, flush=True)
@@ -127,6 +139,7 @@ def _save_quietly(chat: SavedChat) -> None:
 def calibrate_command(args) -> int:
     """Measures and caches the exact guard's margin for the model, backend and build given."""
     from localspec.calibrate import calibrate
+
     if args.positions < 16:
         raise ConfigError(f"--positions must be at least 16, got {args.positions}")
     with Session.from_args(args) as session:
@@ -134,13 +147,18 @@ def calibrate_command(args) -> int:
         result = calibrate(session.backend, lambda line: print(f"  {line}", file=sys.stderr), args.positions)
     print(json.dumps(result))
     if result["kernels"] == "batch-invariant":
-        print(f"batch-invariant kernels: verify windows differ from 1-token steps by at most "
-              f"{result['max_gap_difference']} logits over {result['positions']} positions "
-              f"({result['argmax_flips']} argmax flips); greedy turns need no margin", file=sys.stderr)
+        print(
+            f"batch-invariant kernels: verify windows differ from 1-token steps by at most "
+            f"{result['max_gap_difference']} logits over {result['positions']} positions "
+            f"({result['argmax_flips']} argmax flips); greedy turns need no margin",
+            file=sys.stderr,
+        )
         return 0 if result["max_gap_difference"] == 0 else 1
-    print(f"exact guard margin {result['margin']} (2 x the largest gap difference {result['max_gap_difference']} "
-          f"over {result['positions']} positions; {result['argmax_flips']} argmax flips seen); cached",
-          file=sys.stderr)
+    print(
+        f"exact guard margin {result['margin']} (2 x the largest gap difference {result['max_gap_difference']} "
+        f"over {result['positions']} positions; {result['argmax_flips']} argmax flips seen); cached",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -152,16 +170,21 @@ def simulate_command(args) -> int:
     step_cost = None
     if args.cost_curve:
         try:
-            step_cost = cost_curve(json.loads(open(args.cost_curve, encoding="utf-8").read())["ms"])
+            step_cost = cost_curve(json.loads(Path(args.cost_curve).read_text(encoding="utf-8"))["ms"])
         except (OSError, ValueError, KeyError) as exc:
             raise LocalspecError(f"--cost-curve {args.cost_curve}: not a verify-cost JSON ({exc!r})") from exc
     with Session.from_args(args) as session:
-        cases = [(session.backend.chat_tokens(messages[:-1]), session.backend.tokenize(messages[-1]["content"]))
-                 for messages in records]
+        cases = [
+            (session.backend.chat_tokens(messages[:-1]), session.backend.tokenize(messages[-1]["content"]))
+            for messages in records
+        ]
         k = session.speclen.max_k  # the simulator replays a fixed K (the controller's cap under 'auto')
         stats = simulate(session.drafter, cases, k, step_cost)
-        print(json.dumps({"drafter": session.drafter.name, "draft_tokens": k,
-                          "cases": len(cases), **summary(stats, step_cost)}))
+        print(
+            json.dumps(
+                {"drafter": session.drafter.name, "draft_tokens": k, "cases": len(cases), **summary(stats, step_cost)}
+            )
+        )
     return 0
 
 
@@ -171,7 +194,7 @@ def read_recorded_chats(path: str) -> list[list[dict]]:
 
     records = []
     try:
-        lines = open(path, encoding="utf-8").read().splitlines()
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
     for number, line in enumerate(lines, 1):
@@ -179,20 +202,23 @@ def read_recorded_chats(path: str) -> list[list[dict]]:
             continue
         try:
             record = json.loads(line)
-            messages = record.get("messages") or [{"role": "user", "content": record["prompt"]},
-                                                  {"role": "assistant", "content": record["answer"]}]
+            messages = record.get("messages") or [
+                {"role": "user", "content": record["prompt"]},
+                {"role": "assistant", "content": record["answer"]},
+            ]
             if messages[-1]["role"] != "assistant":
                 raise ValueError("the last message must be the assistant's answer")
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ConfigError(f"{path}, line {number}: {exc!r} (want messages ending with the assistant's "
-                              f"answer, or prompt and answer)") from exc
+            raise ConfigError(
+                f"{path}, line {number}: {exc!r} (want messages ending with the assistant's "
+                f"answer, or prompt and answer)"
+            ) from exc
         records.append(messages)
     return records
 
 
 def bench_command(args) -> int:
-    from localspec.bench import (format_tables, load_cases, parse_peer_types, peer_binary, peer_config, plot,
-                                 run_bench)
+    from localspec.bench import format_tables, load_cases, parse_peer_types, peer_binary, peer_config, plot, run_bench
     from localspec.fileio import atomic_write
 
     cases = load_cases(args.prompts)
@@ -216,13 +242,26 @@ def bench_command(args) -> int:
             peer, peer_types, notes = peer_config(binary, session, peer_types, args.gpu_layers)
             for note in notes:
                 print(f"localspec bench: {note}", file=sys.stderr)
-        print(f"localspec bench — {session.load_report()}; {len(cases)} cases × {args.repeats} repeats"
-              + (f"; peer {binary} ({', '.join(peer_types)})" if peer else ""), file=sys.stderr)
-        report = run_bench(session, args.drafters, cases, default_k=args.draft_tokens, peer=peer,
-                           peer_types=peer_types, seed=args.seed or 0, repeats=args.repeats, notes=notes,
-                           progress=lambda line: print(line, file=sys.stderr, flush=True))
+        print(
+            f"localspec bench — {session.load_report()}; {len(cases)} cases × {args.repeats} repeats"
+            + (f"; peer {binary} ({', '.join(peer_types)})" if peer else ""),
+            file=sys.stderr,
+        )
+        report = run_bench(
+            session,
+            args.drafters,
+            cases,
+            default_k=args.draft_tokens,
+            peer=peer,
+            peer_types=peer_types,
+            seed=args.seed or 0,
+            repeats=args.repeats,
+            notes=notes,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
     if peer:
         from localspec.peer import server_version
+
         report["peer"]["version"] = server_version(binary)
     print(format_tables(report))
     if args.json_out:
@@ -235,15 +274,24 @@ def bench_command(args) -> int:
 def pull_command(args) -> int:
     from localspec import hub
     from localspec.registry import is_path
+
     if is_path(args.model):
         if not args.name:
             raise LocalspecError(f"pulling the local file {args.model} needs --name NAME (the alias to give it)")
         entry = hub.register_local(Path(args.model), args.name)
-        print(f"{entry.name}: {entry.path} registered ({entry.family}, tokenizer {entry.tokenizer}); "
-              f"use it with --model {entry.name}")
+        print(
+            f"{entry.name}: {entry.path} registered ({entry.family}, tokenizer {entry.tokenizer}); "
+            f"use it with --model {entry.name}"
+        )
         return 0
-    done = hub.pull(args.model, args.backend, args.quant, args.revision, drafts=not args.no_drafts,
-                    say=lambda line: print(line, file=sys.stderr, flush=True))
+    done = hub.pull(
+        args.model,
+        args.backend,
+        args.quant,
+        args.revision,
+        drafts=not args.no_drafts,
+        say=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     for item in done:
         size = f" {item.size / 2**20:.0f} MB" if item.size else ""
         print(f"{item.name} ({item.backend}){size}: {item.path}")
@@ -252,6 +300,7 @@ def pull_command(args) -> int:
 
 def list_command(args) -> int:
     from localspec import hub
+
     rows = hub.listing()
     if args.json:
         print(json.dumps(rows, indent=1))
@@ -266,6 +315,7 @@ def list_command(args) -> int:
 
 def rm_command(args) -> int:
     from localspec import hub
+
     for line in hub.remove(args.model):
         print(line)
     return 0
@@ -273,5 +323,6 @@ def rm_command(args) -> int:
 
 def train_eagle_command(args) -> int:
     from localspec.eagle_train import run_train_eagle
+
     run_train_eagle(args, log=lambda line: print(line, flush=True))
     return 0

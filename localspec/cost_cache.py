@@ -7,6 +7,7 @@ curve instead of measuring (and exploring) it again; the exact guard's near-tie 
 ``$LOCALSPEC_CACHE/<kind>/``). A damaged file is ignored with a warning and overwritten by the next save;
 nothing here raises into a chat.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -14,7 +15,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 from localspec.fileio import atomic_write, cache_root
 
@@ -26,10 +26,13 @@ class KeyedCache:
 
     kind, what = "costs", "cost cache"
 
-    def __init__(self, key: Optional[str], directory: Optional[Path] = None) -> None:
+    def __init__(self, key: str | None, directory: Path | None = None) -> None:
         self.key = key
-        self.path = None if key is None else (directory or cache_root() / self.kind) / (
-            hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
+        self.path = (
+            None
+            if key is None
+            else (directory or cache_root() / self.kind) / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
+        )
 
     def check(self, data: dict) -> None:
         pass
@@ -45,8 +48,10 @@ class KeyedCache:
             self.check(data["data"])
             return data["data"]
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            print(f"localspec: ignoring the damaged {self.what} {self.path} ({exc}); it will be measured again",
-                  file=sys.stderr)
+            print(
+                f"localspec: ignoring the damaged {self.what} {self.path} ({exc}); it will be measured again",
+                file=sys.stderr,
+            )
             return {}
 
     def save(self, data: dict) -> None:
@@ -54,8 +59,7 @@ class KeyedCache:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.path, json.dumps({"version": VERSION, "key": self.key, "data": data},
-                                               indent=1).encode())
+            atomic_write(self.path, json.dumps({"version": VERSION, "key": self.key, "data": data}, indent=1).encode())
         except OSError as exc:  # a full or read-only disk must not end the chat
             print(f"localspec: could not save the {self.what}: {exc}", file=sys.stderr)
 

@@ -5,13 +5,14 @@ compute-bound decoder spread over those runs slower than on the performance core
 /proc/cpuinfo and sysfs below ``root`` (so tests can point it at a fixture tree), macOS asks sysctl.
 Whatever cannot be read or parsed falls back to the number of CPUs this process may run on.
 """
+
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Optional
 
 
 def allowed_cpus() -> set[int]:
@@ -36,14 +37,16 @@ def cpuinfo_cores(text: str) -> dict[int, tuple]:
     Blocks without a ``core id`` (some ARM kernels) are left out."""
     cores = {}
     for block in text.split("\n\n"):
-        fields = dict((key.strip(), value.strip()) for key, _, value in
-                      (line.partition(":") for line in block.splitlines() if ":" in line))
+        fields = dict(
+            (key.strip(), value.strip())
+            for key, _, value in (line.partition(":") for line in block.splitlines() if ":" in line)
+        )
         if "processor" in fields and "core id" in fields:
             cores[int(fields["processor"])] = (fields.get("physical id"), fields["core id"])
     return cores
 
 
-def _read(path: Path) -> Optional[str]:
+def _read(path: Path) -> str | None:
     """A file's text, or None where it cannot be read (most often: this kernel does not have it)."""
     try:
         return path.read_text()
@@ -83,19 +86,18 @@ def linux_cores(allowed: Iterable[int], root: str | Path = "/") -> int:
     return len({core_of(cpu) for cpu in performance or allowed})
 
 
-def _sysctl(name: str) -> Optional[int]:
+def _sysctl(name: str) -> int | None:
     """An integer sysctl value (macOS), or None where sysctl does not answer."""
     out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5)
     return int(out.stdout) if out.returncode == 0 and out.stdout.strip() else None
 
 
-def macos_cores() -> Optional[int]:
+def macos_cores() -> int | None:
     """The physical performance cores on macOS (perflevel0 on Apple silicon; hw.physicalcpu on Intel Macs)."""
     return _sysctl("hw.perflevel0.physicalcpu") or _sysctl("hw.physicalcpu")
 
 
-def default_threads(allowed: Optional[Iterable[int]] = None, root: str | Path = "/",
-                    platform: str = sys.platform) -> int:
+def default_threads(allowed: Iterable[int] | None = None, root: str | Path = "/", platform: str = sys.platform) -> int:
     """The physical performance cores this process may use, at least 1; the number of allowed CPUs where
     this platform or machine does not tell. Never raises."""
     allowed = set(allowed_cpus() if allowed is None else allowed)

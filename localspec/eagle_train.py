@@ -11,6 +11,7 @@ The result is a folder in the published EAGLE-1 layout (config.json + model.safe
 `--drafter eagle --eagle-head DIR` loads it like a downloaded head. Work is saved every few minutes and on
 Ctrl-C, so an interrupted run keeps what it learnt.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,17 +19,24 @@ import math
 import os
 import random
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from localspec.errors import ConfigError
 
 REG_WEIGHT, CLS_WEIGHT = 1.0, 0.1  # EAGLE-1's loss weights
 SAVE_EVERY_S = 300.0
-_EAGLE_LAYER_NAMES = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
-                      "o": "self_attn.o_proj", "gate": "mlp.gate_proj", "up": "mlp.up_proj",
-                      "down": "mlp.down_proj", "mlp_norm": "post_attention_layernorm"}
+_EAGLE_LAYER_NAMES = {
+    "q": "self_attn.q_proj",
+    "k": "self_attn.k_proj",
+    "v": "self_attn.v_proj",
+    "o": "self_attn.o_proj",
+    "gate": "mlp.gate_proj",
+    "up": "mlp.up_proj",
+    "down": "mlp.down_proj",
+    "mlp_norm": "post_attention_layernorm",
+}
 
 
 @dataclass
@@ -64,7 +72,7 @@ def read_corpus(path: Path, tokenize: Callable[[list], list], tokenize_text: Cal
             elif isinstance(item, dict) and isinstance(item.get("text"), str):
                 seqs.append(tokenize_text(item["text"]))
             else:
-                raise ConfigError(f"{path}:{number}: expected an object with \"messages\" or \"text\"")
+                raise ConfigError(f'{path}:{number}: expected an object with "messages" or "text"')
     else:
         seqs = [tokenize_text(doc) for doc in text.split("\n\n") if doc.strip()]
     seqs = [s for s in seqs if len(s) >= 8]
@@ -78,7 +86,7 @@ def chunk(seqs: Sequence[Sequence[int]], seq_len: int) -> list[list[int]]:
     out = []
     for s in seqs:
         for i in range(0, len(s), seq_len):
-            piece = list(s[i:i + seq_len])
+            piece = list(s[i : i + seq_len])
             if len(piece) >= 8:
                 out.append(piece)
     return out
@@ -90,12 +98,25 @@ class TrainHead:
     def __init__(self, target_model, seed: int) -> None:
         import torch
         from torch import nn
+
         from localspec.backends.torch_decoder import Decoder, DecoderConfig
+
         torch.manual_seed(seed)
         t = target_model.cfg
-        self.cfg = DecoderConfig(t.vocab_size, t.hidden_size, t.intermediate_size, 1, t.n_heads, t.n_kv_heads,
-                                 t.head_dim, rms_eps=t.rms_eps, rope_theta=t.rope_theta, rope_scaling=t.rope_scaling,
-                                 tie_embeddings=True, max_positions=t.max_positions)
+        self.cfg = DecoderConfig(
+            t.vocab_size,
+            t.hidden_size,
+            t.intermediate_size,
+            1,
+            t.n_heads,
+            t.n_kv_heads,
+            t.head_dim,
+            rms_eps=t.rms_eps,
+            rope_theta=t.rope_theta,
+            rope_scaling=t.rope_scaling,
+            tie_embeddings=True,
+            max_positions=t.max_positions,
+        )
         self.layer_model = Decoder(self.cfg)
         self.layer_model.embed = None  # the target's embedding is used, frozen
         self.layer_model.layers[0].attn_norm = nn.Identity()
@@ -111,8 +132,12 @@ class TrainHead:
             layer.down.weight.mul_(0.1)
         # frozen, on the CPU in fp32 like the rest of the head (the target may sit on a GPU in bf16)
         self.embed = target_model.embed.weight.detach().float().cpu()
-        self.lm_head = (target_model.embed.weight if target_model.lm_head is None
-                        else target_model.lm_head.weight).detach().float().cpu()
+        self.lm_head = (
+            (target_model.embed.weight if target_model.lm_head is None else target_model.lm_head.weight)
+            .detach()
+            .float()
+            .cpu()
+        )
 
     def parameters(self):
         return [*self.fc.parameters(), *self.layer_model.layers.parameters()]
@@ -120,6 +145,7 @@ class TrainHead:
     def predict(self, tokens, features):
         """Predicted features [n, H] for inputs (token j+1, feature j)."""
         import torch
+
         x = self.fc(torch.cat([self.embed[tokens], features], dim=-1))
         return self.layer_model._layers(x, 0)[0]
 
@@ -132,17 +158,30 @@ class TrainHead:
 
     def config(self) -> dict:
         c = self.cfg
-        return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": c.hidden_size,
-                "intermediate_size": c.intermediate_size, "num_attention_heads": c.n_heads,
-                "num_key_value_heads": c.n_kv_heads, "head_dim": c.head_dim, "num_hidden_layers": 1, "rms_norm_eps": c.rms_eps,
-                "rope_theta": c.rope_theta, "rope_scaling": c.rope_scaling, "vocab_size": c.vocab_size,
-                "max_position_embeddings": c.max_positions, "hidden_act": "silu", "bias": True}
+        return {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_size": c.hidden_size,
+            "intermediate_size": c.intermediate_size,
+            "num_attention_heads": c.n_heads,
+            "num_key_value_heads": c.n_kv_heads,
+            "head_dim": c.head_dim,
+            "num_hidden_layers": 1,
+            "rms_norm_eps": c.rms_eps,
+            "rope_theta": c.rope_theta,
+            "rope_scaling": c.rope_scaling,
+            "vocab_size": c.vocab_size,
+            "max_position_embeddings": c.max_positions,
+            "hidden_act": "silu",
+            "bias": True,
+        }
 
 
 def losses(head: TrainHead, tokens, feats, noise: float, rng) -> tuple:
     """(loss, top-1 agreement count, positions) on one sequence; feats [n, H] are the target's."""
     import torch
     import torch.nn.functional as F
+
     inputs = feats[:-1]
     if noise > 0:
         inputs = inputs + (torch.rand(inputs.shape, generator=rng) - 0.5) * noise
@@ -160,10 +199,12 @@ def losses(head: TrainHead, tokens, feats, noise: float, rng) -> tuple:
 def train_eagle(backend, data: Path, out: Path, config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     """Train a head for the torch backend's model on the corpus; write it to ``out``; return the report."""
     import torch
+
     started = time.perf_counter()
     deadline = started + config.minutes * 60
-    seqs = read_corpus(data, lambda m: backend.chat_tokens(m, add_generation_prompt=False),
-                       lambda t: backend.tokenize(t))
+    seqs = read_corpus(
+        data, lambda m: backend.chat_tokens(m, add_generation_prompt=False), lambda t: backend.tokenize(t)
+    )
     pieces = chunk(seqs, min(config.seq_len, backend.n_ctx))
     random.Random(config.seed).shuffle(pieces)
     if config.max_tokens:
@@ -206,8 +247,14 @@ def train_eagle(backend, data: Path, out: Path, config: TrainConfig, log: Callab
 
     v_loss, v_acc = evaluate()
     log(f"before training: held-out loss {v_loss:.3f}, top-1 agreement with the target {v_acc:.3f}")
-    report = {"corpus": str(data), "windows": len(pieces), "tokens": total_tokens, "start_val_loss": v_loss,
-              "start_val_top1": v_acc, "history": []}
+    report = {
+        "corpus": str(data),
+        "windows": len(pieces),
+        "tokens": total_tokens,
+        "start_val_loss": v_loss,
+        "start_val_top1": v_acc,
+        "history": [],
+    }
     train_start = time.perf_counter()
     # the step budget: what fits in the time left, at the speed of the first steps, capped by the epochs
     steps_max, step, last_save, seen = config.epochs * len(train_idx), 0, time.perf_counter(), 0
@@ -220,11 +267,17 @@ def train_eagle(backend, data: Path, out: Path, config: TrainConfig, log: Callab
             for i in batch:
                 elapsed = time.perf_counter() - train_start
                 if step >= 8:  # estimate the total number of steps the budget allows, for the schedule
-                    steps_max = min(config.epochs * len(train_idx),
-                                    step + int((deadline - time.perf_counter()) / (elapsed / step)))
+                    steps_max = min(
+                        config.epochs * len(train_idx), step + int((deadline - time.perf_counter()) / (elapsed / step))
+                    )
                 if time.perf_counter() >= deadline or step >= steps_max:
                     raise StopIteration
-                lr = config.lr * min(1.0, (step + 1) / 20) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / max(steps_max, 1))))
+                lr = (
+                    config.lr
+                    * min(1.0, (step + 1) / 20)
+                    * 0.5
+                    * (1 + math.cos(math.pi * min(1.0, step / max(steps_max, 1))))
+                )
                 for g in opt.param_groups:
                     g["lr"] = lr
                 loss, agree, n = losses(head, ids[i], features[i], config.noise, gen)
@@ -235,8 +288,11 @@ def train_eagle(backend, data: Path, out: Path, config: TrainConfig, log: Callab
                 step, seen = step + 1, seen + n
                 if step % 25 == 0:
                     rate = seen / (time.perf_counter() - train_start)
-                    log(f"epoch {epoch + 1} step {step}/{steps_max}: loss {float(loss.detach()):.3f}, top-1 {agree / n:.3f}, "
-                        f"{rate:.0f} tok/s, {(deadline - time.perf_counter()) / 60:.1f} min left")
+                    log(
+                        f"epoch {epoch + 1} step {step}/{steps_max}: loss {float(loss.detach()):.3f}, "
+                        f"top-1 {agree / n:.3f}, "
+                        f"{rate:.0f} tok/s, {(deadline - time.perf_counter()) / 60:.1f} min left"
+                    )
                 if time.perf_counter() - last_save > SAVE_EVERY_S:
                     save_head(head, out, report)
                     last_save = time.perf_counter()
@@ -249,11 +305,19 @@ def train_eagle(backend, data: Path, out: Path, config: TrainConfig, log: Callab
         interrupted = True
         log("interrupted: saving what was learnt so far")
     v_loss, v_acc = evaluate()
-    report.update(steps=step, train_tokens_seen=seen, val_loss=v_loss, val_top1=v_acc, interrupted=interrupted,
-                  seconds=round(time.perf_counter() - started, 1))
+    report.update(
+        steps=step,
+        train_tokens_seen=seen,
+        val_loss=v_loss,
+        val_top1=v_acc,
+        interrupted=interrupted,
+        seconds=round(time.perf_counter() - started, 1),
+    )
     save_head(head, out, report)
-    log(f"held-out top-1 agreement {report['start_val_top1']:.3f} -> {v_acc:.3f} after {step} steps "
-        f"({report['seconds'] / 60:.1f} min); head written to {out}")
+    log(
+        f"held-out top-1 agreement {report['start_val_top1']:.3f} -> {v_acc:.3f} after {step} steps "
+        f"({report['seconds'] / 60:.1f} min); head written to {out}"
+    )
     if interrupted:
         raise KeyboardInterrupt
     return report
@@ -262,6 +326,7 @@ def train_eagle(backend, data: Path, out: Path, config: TrainConfig, log: Callab
 def save_head(head: TrainHead, out: Path, report: dict) -> None:
     """Write the head atomically (a crash mid-write leaves the previous save intact)."""
     from safetensors.torch import save_file
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / "model.safetensors.tmp"
@@ -275,6 +340,7 @@ def save_head(head: TrainHead, out: Path, report: dict) -> None:
 def run_train_eagle(args, log: Callable[[str], None] = print) -> dict:
     from localspec.backends.torch_backend import TorchBackend
     from localspec.registry import load_registry, resolve_model
+
     if not Path(args.data).is_file():  # before the (slow) model load
         raise ConfigError(f"{args.data}: no such corpus file")
     _, path = resolve_model(args.model, load_registry(), backend="torch")
@@ -283,8 +349,14 @@ def run_train_eagle(args, log: Callable[[str], None] = print) -> dict:
         raise ConfigError(f"{out} exists and is not an EAGLE head folder; pick an empty or new --out")
     backend = TorchBackend(path, n_ctx=max(args.seq_len, 64), n_threads=args.threads)
     try:
-        config = TrainConfig(minutes=args.minutes, epochs=args.epochs, seq_len=args.seq_len, lr=args.lr,
-                             seed=args.seed or 0, max_tokens=args.max_corpus_tokens)
+        config = TrainConfig(
+            minutes=args.minutes,
+            epochs=args.epochs,
+            seq_len=args.seq_len,
+            lr=args.lr,
+            seed=args.seed or 0,
+            max_tokens=args.max_corpus_tokens,
+        )
         return train_eagle(backend, Path(args.data), out, config, log)
     finally:
         backend.close()

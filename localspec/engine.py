@@ -7,11 +7,12 @@ Cache invariant (held after every step, and restored in ``finally`` on Ctrl-C or
     token and the accepted draft tokens, and cuts the rejected ones with ``truncate``. The next turn
     reuses whatever prefix of its prompt is still in the cache.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -31,22 +32,36 @@ from localspec.verify import verify_draft
 def check_capabilities(backend: Backend, drafter: Drafter) -> None:
     caps = backend.capabilities
     if not caps.can_truncate and drafter.name != "none":
-        raise ConfigError(f"{backend.model_name}: the {backend.name} cache of this model cannot be rolled "
-                          f"back, which speculative decoding needs; use --drafter none")
+        raise ConfigError(
+            f"{backend.model_name}: the {backend.name} cache of this model cannot be rolled "
+            f"back, which speculative decoding needs; use --drafter none"
+        )
     if getattr(drafter, "tree_nodes", 0) and not caps.tree_attention:
-        raise ConfigError(f"{backend.model_name}: the {backend.name} backend has no tree attention, which tree "
-                          f"drafts need; draft chains instead")
+        raise ConfigError(
+            f"{backend.model_name}: the {backend.name} backend has no tree attention, which tree "
+            f"drafts need; draft chains instead"
+        )
     if drafter.needs_hidden_states and not caps.hidden_states:
-        raise ConfigError(f"{backend.model_name}: the {backend.name} backend gives no hidden states, which "
-                          f"the {drafter.name} drafter needs; pick another drafter or backend")
+        raise ConfigError(
+            f"{backend.model_name}: the {backend.name} backend gives no hidden states, which "
+            f"the {drafter.name} drafter needs; pick another drafter or backend"
+        )
 
 
-def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], sampling: SamplingParams, *,
-                    max_tokens: int = 512, draft_tokens: "int | str | FixedK | AdaptiveK" = 4,
-                    stop: Sequence[str] = (),
-                    rng: Optional[np.random.Generator] = None,
-                    on_prefill: Progress = None, plain: Optional[PlainBaseline] = None,
-                    exact_guard: Optional[float] = None) -> Iterator[TokenEvent]:
+def stream_generate(
+    backend: Backend,
+    drafter: Drafter,
+    prompt: Sequence[int],
+    sampling: SamplingParams,
+    *,
+    max_tokens: int = 512,
+    draft_tokens: int | str | FixedK | AdaptiveK = 4,
+    stop: Sequence[str] = (),
+    rng: np.random.Generator | None = None,
+    on_prefill: Progress = None,
+    plain: PlainBaseline | None = None,
+    exact_guard: float | None = None,
+) -> Iterator[TokenEvent]:
     """Generate a continuation of ``prompt``, one event per target forward pass. ``draft_tokens`` is a
     fixed K, 'auto', or a policy object, and ``plain`` the plain-step timings the speedup is measured
     against (a session passes its own of both, so what it measured carries over). ``exact_guard``: at
@@ -59,8 +74,9 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
     if not prompt:
         raise ConfigError("the prompt is empty")
     if len(prompt) >= backend.n_ctx:
-        raise ContextOverflow(f"the prompt has {len(prompt)} tokens but the context holds {backend.n_ctx}; "
-                              f"shorten it or raise --ctx")
+        raise ContextOverflow(
+            f"the prompt has {len(prompt)} tokens but the context holds {backend.n_ctx}; shorten it or raise --ctx"
+        )
     check_capabilities(backend, drafter)
     rng = rng if rng is not None else np.random.default_rng()
     stats = TurnStats(prompt_tokens=len(prompt))
@@ -160,8 +176,14 @@ def stream_generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], s
                 plain.record(len(context) - len(emitted), now - last_end - (t1 - tp))
             last_end = now
             stats.plain = plain.at(len(prompt) + stats.generated // 2)  # the turn's mean context length
-            policy.record(max(draft.depths(), default=0), verdict.accepted, emitted, drafting, t2 - t1,
-                          now - t0 - drafter.catchup_s)
+            policy.record(
+                max(draft.depths(), default=0),
+                verdict.accepted,
+                emitted,
+                drafting,
+                t2 - t1,
+                now - t0 - drafter.catchup_s,
+            )
             stats.decode_s = now - started
             yield TokenEvent(tuple(emitted), text, from_draft, stats, finish, min(draft_chars, len(text)))
         if features is not None:  # the last step's features: a feature-fed drafter keeps its cache whole
@@ -183,8 +205,9 @@ class Completion:
     stats: TurnStats
 
 
-def generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], sampling: SamplingParams,
-             **options) -> Completion:
+def generate(
+    backend: Backend, drafter: Drafter, prompt: Sequence[int], sampling: SamplingParams, **options
+) -> Completion:
     """Run ``stream_generate`` to the end and collect its output."""
     text, tokens, finish, stats = [], [], "length", None
     for event in stream_generate(backend, drafter, prompt, sampling, **options):
@@ -192,4 +215,3 @@ def generate(backend: Backend, drafter: Drafter, prompt: Sequence[int], sampling
         tokens.extend(event.tokens)
         finish, stats = event.finish_reason or finish, event.stats
     return Completion("".join(text), tuple(tokens), finish, stats)
-

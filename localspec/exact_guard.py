@@ -13,10 +13,11 @@ build), else the backend's default below.
 What the margin cannot do: the single-token step decides over KV rows that windows wrote, which differ slightly
 from plain decoding's, so a near-tie can still flip there (measured: README, "Exactness").
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 DEFAULT_MARGIN = {"llama.cpp": 2.6, "torch": 0.05, "mlx": 0.5}  # logits; llama.cpp: 2 x the 1.3 measured
 
 
-def exact_mode(backend: "Backend", sampling: "SamplingParams", margin: Optional[float]) -> tuple[bool, Optional[float]]:
+def exact_mode(backend: Backend, sampling: SamplingParams, margin: float | None) -> tuple[bool, float | None]:
     """How a turn keeps greedy output plain decoding's: (batch-invariant kernels, near-tie margin or None).
     ``margin`` None: the guard is off. A backend whose windows compute as 1-token steps bit for bit needs
     no margin (localspec/backends/llama_cpp_exact.py); any other gets the margin at temperature 0."""
@@ -48,7 +49,7 @@ def top_gaps(rows: np.ndarray) -> np.ndarray:
     return np.abs(top2[:, 1] - top2[:, 0])
 
 
-def guard(verdict: Verdict, logits: np.ndarray, margin: float) -> tuple[Verdict, Optional[float]]:
+def guard(verdict: Verdict, logits: np.ndarray, margin: float) -> tuple[Verdict, float | None]:
     """The verdict cut before the first emitted token whose deciding window row is a near-tie, with that
     row's gap; (verdict, None) when no row is. The cut verdict is ``held``: it emits only accepted draft
     tokens, and the undecided position goes to a single-token step."""
@@ -58,5 +59,6 @@ def guard(verdict: Verdict, logits: np.ndarray, margin: float) -> tuple[Verdict,
     if not len(close):
         return verdict, None
     cut = int(close[0])
-    return replace(verdict, accepted=cut, tokens=verdict.tokens[:cut], path=verdict.path[:cut], held=True), \
-        float(gaps[cut])
+    return replace(verdict, accepted=cut, tokens=verdict.tokens[:cut], path=verdict.path[:cut], held=True), float(
+        gaps[cut]
+    )

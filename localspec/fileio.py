@@ -1,4 +1,5 @@
 """Writing files so that a crash or a concurrent reader never sees half of one."""
+
 from __future__ import annotations
 
 import os
@@ -18,5 +19,6 @@ def atomic_write(path: Path, data: bytes) -> None:
 def cache_root() -> Path:
     """localspec's cache folder: $LOCALSPEC_CACHE, else $XDG_CACHE_HOME/localspec, else ~/.cache/localspec."""
     base = os.environ.get("LOCALSPEC_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "localspec")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "localspec"
+    )
     return Path(base)

@@ -4,6 +4,7 @@ Layout (GGUF v2/v3, little-endian): magic "GGUF", u32 version, u64 tensor count,
 then metadata entries (string key, u32 type, value). Arrays are skipped element by element, so the big
 token lists cost a read but no memory.
 """
+
 from __future__ import annotations
 
 import struct
@@ -24,14 +25,14 @@ def read_metadata(path: Path) -> dict:
         with open(path, "rb") as f:
             if f.read(4) != b"GGUF":
                 raise ModelError(f"{path} is not a GGUF file (it does not start with 'GGUF')")
-            version, = _unpack(f, "<I")
+            (version,) = _unpack(f, "<I")
             if version not in (2, 3):
                 raise ModelError(f"{path}: GGUF version {version} is not supported (2 or 3)")
             _, n_kv = _unpack(f, "<QQ")
             meta = {}
             for _ in range(n_kv):
                 key = _string(f)
-                kind, = _unpack(f, "<I")
+                (kind,) = _unpack(f, "<I")
                 value = _value(f, kind)
                 if value is not None:
                     meta[key] = value
@@ -46,9 +47,12 @@ def describe(path: Path) -> dict:
     """architecture, name, tokenizer and context length of a GGUF file, for the registry."""
     meta = read_metadata(path)
     arch = meta.get("general.architecture", "")
-    return {"architecture": arch, "name": meta.get("general.name", Path(path).stem),
-            "tokenizer": f"{meta.get('tokenizer.ggml.model', '')}/{meta.get('tokenizer.ggml.pre', '')}",
-            "context": meta.get(f"{arch}.context_length")}
+    return {
+        "architecture": arch,
+        "name": meta.get("general.name", Path(path).stem),
+        "tokenizer": f"{meta.get('tokenizer.ggml.model', '')}/{meta.get('tokenizer.ggml.pre', '')}",
+        "context": meta.get(f"{arch}.context_length"),
+    }
 
 
 def _unpack(f: BinaryIO, fmt: str):
@@ -60,7 +64,7 @@ def _unpack(f: BinaryIO, fmt: str):
 
 
 def _string(f: BinaryIO) -> str:
-    n, = _unpack(f, "<Q")
+    (n,) = _unpack(f, "<Q")
     if n > 1 << 24:
         raise EOFError(f"a string of {n} bytes in the header")
     data = f.read(n)

@@ -5,6 +5,7 @@ other tools downloaded is reused and what localspec downloads is theirs too. A d
 bar, resumes after a dropped connection (huggingface-hub retries with a Range request), and is checked
 against the Hub's size and sha256 (the ETag of a large file) before it is kept.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -13,10 +14,9 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from localspec.errors import ConfigError, LocalspecError, ModelError
-from localspec.registry import Registry, ModelEntry, hf_cached, load_registry, local_file
+from localspec.registry import ModelEntry, Registry, hf_cached, load_registry, local_file
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -42,15 +42,23 @@ def default_backend(entry: ModelEntry) -> str:
     return "mlx" if on_apple_silicon() and entry.mlx_repo else "llama.cpp"
 
 
-def pull(name: str, backend: Optional[str] = None, quant: Optional[str] = None, revision: Optional[str] = None,
-         drafts: bool = True, registry: Optional[Registry] = None, say=print) -> list[Pulled]:
+def pull(
+    name: str,
+    backend: str | None = None,
+    quant: str | None = None,
+    revision: str | None = None,
+    drafts: bool = True,
+    registry: Registry | None = None,
+    say=print,
+) -> list[Pulled]:
     """Download an alias (and, unless drafts=False, its recommended draft model and EAGLE head)."""
     registry = registry or load_registry()
     entry = registry.get(name)
     backend = backend or default_backend(entry)
     if backend not in entry.sources():
-        raise ConfigError(f"model {name!r} has no {backend} source in models.toml (sources: "
-                          f"{', '.join(entry.sources())})")
+        raise ConfigError(
+            f"model {name!r} has no {backend} source in models.toml (sources: {', '.join(entry.sources())})"
+        )
     done = [_pull_one(entry, backend, quant, revision, say)]
     if drafts:
         for draft in entry.drafts[:1]:
@@ -65,10 +73,11 @@ def pull(name: str, backend: Optional[str] = None, quant: Optional[str] = None, 
     return done
 
 
-def _pull_one(entry: ModelEntry, backend: str, quant: Optional[str], revision: Optional[str], say) -> Pulled:
+def _pull_one(entry: ModelEntry, backend: str, quant: str | None, revision: str | None, say) -> Pulled:
     if backend == "llama.cpp":
         if entry.path or (entry.embedded and not entry.gguf_repo):
             from localspec.registry import resolve_model
+
             path = resolve_model(entry.name)[1]
             say(f"{entry.name}: {path} (already on disk)")
             return Pulled(entry.name, backend, path, path.stat().st_size)
@@ -82,7 +91,7 @@ def _pull_one(entry: ModelEntry, backend: str, quant: Optional[str], revision: O
     return Pulled(entry.name, backend, path, sum(f.stat().st_size for f in path.rglob("*") if f.is_file()))
 
 
-def download_file(repo: str, filename: str, revision: Optional[str] = None) -> Path:
+def download_file(repo: str, filename: str, revision: str | None = None) -> Path:
     """One file into the HF cache, verified; a bad download is removed, never kept."""
     hf = _hf()
     cached = hf_cached(repo, filename) if revision is None else None
@@ -97,14 +106,23 @@ def download_file(repo: str, filename: str, revision: Optional[str] = None) -> P
     return path
 
 
-def _snapshot(repo: str, revision: Optional[str], say, weights=("*.safetensors",)) -> Path:
+def _snapshot(repo: str, revision: str | None, say, weights=("*.safetensors",)) -> Path:
     """A model repository's weights, config and tokenizer (not its README, images or other formats)."""
     hf = _hf()
     try:
-        folder = Path(hf.snapshot_download(repo, revision=revision, tqdm_class=_progress_class(),
-                                           allow_patterns=["*.json", "*.txt", "*.model", "tokenizer*", *weights]))
-        listing = [] if hf.constants.HF_HUB_OFFLINE else list(
-            hf.HfApi().list_repo_tree(repo, revision=revision, recursive=True))
+        folder = Path(
+            hf.snapshot_download(
+                repo,
+                revision=revision,
+                tqdm_class=_progress_class(),
+                allow_patterns=["*.json", "*.txt", "*.model", "tokenizer*", *weights],
+            )
+        )
+        listing = (
+            []
+            if hf.constants.HF_HUB_OFFLINE
+            else list(hf.HfApi().list_repo_tree(repo, revision=revision, recursive=True))
+        )
     except Exception as exc:
         raise _explain(exc, repo, None) from exc
     for item in listing:  # large files carry their sha256: check each one that came
@@ -115,7 +133,7 @@ def _snapshot(repo: str, revision: Optional[str], say, weights=("*.safetensors",
     return folder
 
 
-def _verify(path: Path, size: Optional[int], etag: Optional[str], repo: str, filename: str) -> None:
+def _verify(path: Path, size: int | None, etag: str | None, repo: str, filename: str) -> None:
     problem = None
     if size is not None and path.stat().st_size != size:
         problem = f"{path.stat().st_size} bytes instead of {size}"
@@ -128,8 +146,9 @@ def _verify(path: Path, size: Optional[int], etag: Optional[str], repo: str, fil
             problem = f"sha256 {digest.hexdigest()[:12]}… instead of {etag[:12]}…"
     if problem:
         _remove_cached(path)
-        raise HubError(f"{repo}/{filename} arrived damaged ({problem}); the bad file was removed — run the "
-                       f"same pull again")
+        raise HubError(
+            f"{repo}/{filename} arrived damaged ({problem}); the bad file was removed — run the same pull again"
+        )
 
 
 def _remove_cached(path: Path) -> None:
@@ -140,15 +159,18 @@ def _remove_cached(path: Path) -> None:
         blob.unlink(missing_ok=True)
 
 
-def _explain(exc: Exception, repo: str, filename: Optional[str]) -> LocalspecError:
+def _explain(exc: Exception, repo: str, filename: str | None) -> LocalspecError:
     kind = type(exc).__name__
     what = f"{repo}/{filename}" if filename else repo
     if "Offline" in kind or "LocalEntryNotFound" in kind or "Connect" in kind or "Timeout" in kind:
-        return HubError(f"cannot download {what}: offline or the Hub is unreachable ({kind}); models already "
-                        f"downloaded keep working — `localspec list` shows them")
+        return HubError(
+            f"cannot download {what}: offline or the Hub is unreachable ({kind}); models already "
+            f"downloaded keep working — `localspec list` shows them"
+        )
     if "RepositoryNotFound" in kind or "GatedRepo" in kind:
-        return HubError(f"the Hub has no repository {repo} (or it needs a login: huggingface-cli login); "
-                        f"check models.toml")
+        return HubError(
+            f"the Hub has no repository {repo} (or it needs a login: huggingface-cli login); check models.toml"
+        )
     if "EntryNotFound" in kind or "RevisionNotFound" in kind:
         return HubError(f"the Hub repository {repo} has no {filename or 'such revision'}; check models.toml")
     return HubError(f"downloading {what} failed: {kind}: {exc}")
@@ -173,10 +195,11 @@ def _hf():
 
 
 # -- local files -----------------------------------------------------------------------------------------
-def register_local(path: Path, name: str, registry: Optional[Registry] = None) -> ModelEntry:
+def register_local(path: Path, name: str, registry: Registry | None = None) -> ModelEntry:
     """`pull FILE.gguf --name NAME`: check the file is GGUF, then keep an alias for it."""
     from localspec.fileio import atomic_write
     from localspec.gguf_meta import describe
+
     path = Path(path).expanduser().resolve()
     if not path.is_file():
         raise ModelError(f"{path} not found")
@@ -187,10 +210,14 @@ def register_local(path: Path, name: str, registry: Optional[Registry] = None) -
     if name in registry.models and not registry.models[name].path:
         raise ConfigError(f"{name!r} is a models.toml model already; pick another --name")
     entries = _read_local()
-    entries[name] = {"path": str(path), "description": f"{info['name']} (local file)",
-                     "family": info["architecture"], "tokenizer": info["tokenizer"],
-                     **({"context": int(info["context"])} if info["context"] else {}),
-                     "drafters": ["suffix", "ngram"]}
+    entries[name] = {
+        "path": str(path),
+        "description": f"{info['name']} (local file)",
+        "family": info["architecture"],
+        "tokenizer": info["tokenizer"],
+        **({"context": int(info["context"])} if info["context"] else {}),
+        "drafters": ["suffix", "ngram"],
+    }
     target = local_file()
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(target, _to_toml(entries).encode())
@@ -199,6 +226,7 @@ def register_local(path: Path, name: str, registry: Optional[Registry] = None) -
 
 def unregister_local(name: str) -> bool:
     from localspec.fileio import atomic_write
+
     entries = _read_local()
     if entries.pop(name, None) is None:
         return False
@@ -208,6 +236,7 @@ def unregister_local(name: str) -> bool:
 
 def _read_local() -> dict:
     import tomllib
+
     path = local_file()
     if not path.is_file():
         return {}
@@ -216,6 +245,7 @@ def _read_local() -> dict:
 
 def _to_toml(entries: dict) -> str:
     import json
+
     lines = ["# Local model files registered by `localspec pull FILE.gguf --name NAME`; managed by localspec."]
     for name, fields in entries.items():
         lines.append(f"\n[models.{json.dumps(name)}]")
@@ -225,7 +255,7 @@ def _to_toml(entries: dict) -> str:
 
 
 # -- list and rm -----------------------------------------------------------------------------------------
-def listing(registry: Optional[Registry] = None) -> list[dict]:
+def listing(registry: Registry | None = None) -> list[dict]:
     registry = registry or load_registry()
     rows = []
     for name, entry in sorted(registry.models.items()):
@@ -234,6 +264,7 @@ def listing(registry: Optional[Registry] = None) -> list[dict]:
             on_disk.append(("llama.cpp", Path(entry.path)))
         elif entry.embedded:
             from localspec.registry import _package_file
+
             package, _, file = entry.embedded.partition("/")
             found = _package_file(package, file)
             if found:
@@ -242,14 +273,22 @@ def listing(registry: Optional[Registry] = None) -> list[dict]:
             found = hf_cached(entry.gguf_repo, file)
             if found:
                 on_disk.append((f"llama.cpp {quant}", found))
-        rows.append({"name": name, "description": entry.description, "sources": entry.sources(),
-                     "downloaded": [{"backend": b, "path": str(p), "bytes": p.stat().st_size if p.exists() else 0}
-                                    for b, p in on_disk],
-                     "drafters": list(entry.drafters), "drafts": registry.compatible_drafts(name)})
+        rows.append(
+            {
+                "name": name,
+                "description": entry.description,
+                "sources": entry.sources(),
+                "downloaded": [
+                    {"backend": b, "path": str(p), "bytes": p.stat().st_size if p.exists() else 0} for b, p in on_disk
+                ],
+                "drafters": list(entry.drafters),
+                "drafts": registry.compatible_drafts(name),
+            }
+        )
     return rows
 
 
-def remove(name: str, registry: Optional[Registry] = None) -> list[str]:
+def remove(name: str, registry: Registry | None = None) -> list[str]:
     """Free the disk a model takes in the HF cache (all its quantizations); a local file's alias is
     forgotten (the file itself is the user's and stays)."""
     registry = registry or load_registry()
@@ -258,7 +297,7 @@ def remove(name: str, registry: Optional[Registry] = None) -> list[str]:
         unregister_local(name)
         return [f"forgot the alias {name} (the file {entry.path} stays)"]
     removed = []
-    for quant, file in entry.gguf_files.items():
+    for file in entry.gguf_files.values():
         found = hf_cached(entry.gguf_repo, file)
         if found:
             size = found.stat().st_size

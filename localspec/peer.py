@@ -5,6 +5,7 @@ is started with the localspec session's context, threads, batch and GPU layers, 
 requests given as token ids (so both systems see the very same prompt), and is stopped by its PID —
 terminate, then kill — also on Ctrl-C or an error (use it as a context manager).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -18,16 +19,20 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
 
 from localspec.errors import LocalspecError
 
 # `server:TYPE` methods of the bench -> llama-server's own flags (`--spec-type`; see llama-server --help)
-SPEC_TYPES = {"plain": [], "ngram-mod": ["--spec-type", "ngram-mod"], "ngram-simple": ["--spec-type", "ngram-simple"],
-              "draft-simple": ["--spec-type", "draft-simple"]}
+SPEC_TYPES = {
+    "plain": [],
+    "ngram-mod": ["--spec-type", "ngram-mod"],
+    "ngram-simple": ["--spec-type", "ngram-simple"],
+    "draft-simple": ["--spec-type", "draft-simple"],
+}
 LOG_TAIL = 6  # lines of the server's log an error quotes
 
 
@@ -35,7 +40,7 @@ class PeerError(LocalspecError):
     """The peer server is missing, did not start, died, or answered an error."""
 
 
-def find_llama_server(spec: Optional[str] = None) -> Path:
+def find_llama_server(spec: str | None = None) -> Path:
     """`--peer llama-server=PATH` (the binary or the folder holding it), else `llama-server` on PATH."""
     if spec:
         path = Path(spec).expanduser()
@@ -43,13 +48,17 @@ def find_llama_server(spec: Optional[str] = None) -> Path:
             path = path / "llama-server"
         if path.is_file() and os.access(path, os.X_OK):
             return path.resolve()
-        raise PeerError(f"--peer llama-server={spec}: no executable llama-server there; pass the binary (or its "
-                        f"folder) of a llama.cpp build (cmake --build build --target llama-server)")
+        raise PeerError(
+            f"--peer llama-server={spec}: no executable llama-server there; pass the binary (or its "
+            f"folder) of a llama.cpp build (cmake --build build --target llama-server)"
+        )
     found = shutil.which("llama-server")
     if found:
         return Path(found).resolve()
-    raise PeerError("--peer llama-server: no llama-server on PATH; install llama.cpp (its llama-server binary) or "
-                    "pass --peer llama-server=PATH/TO/llama-server")
+    raise PeerError(
+        "--peer llama-server: no llama-server on PATH; install llama.cpp (its llama-server binary) or "
+        "pass --peer llama-server=PATH/TO/llama-server"
+    )
 
 
 def _env(binary: Path) -> dict:
@@ -86,9 +95,21 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
 
 
 class LlamaServer:
-    def __init__(self, binary: Path, model: Path, spec_type: str, *, n_ctx: int, threads: int, log_path: Path,
-                 n_batch: int = 512, gpu_layers: int = 0, draft_model: Optional[Path] = None,
-                 start_timeout: float = 300.0, request_timeout: float = 1800.0) -> None:
+    def __init__(
+        self,
+        binary: Path,
+        model: Path,
+        spec_type: str,
+        *,
+        n_ctx: int,
+        threads: int,
+        log_path: Path,
+        n_batch: int = 512,
+        gpu_layers: int = 0,
+        draft_model: Path | None = None,
+        start_timeout: float = 300.0,
+        request_timeout: float = 1800.0,
+    ) -> None:
         if spec_type not in SPEC_TYPES:
             raise PeerError(f"unknown llama-server speculation type {spec_type!r}; choose from {', '.join(SPEC_TYPES)}")
         if spec_type == "draft-simple" and draft_model is None:
@@ -97,29 +118,56 @@ class LlamaServer:
         self.n_ctx, self.threads, self.n_batch, self.gpu_layers = n_ctx, threads, n_batch, gpu_layers
         self.draft_model = draft_model
         self.start_timeout, self.request_timeout = start_timeout, request_timeout
-        self.proc: Optional[subprocess.Popen] = None
-        self.port: Optional[int] = None
+        self.proc: subprocess.Popen | None = None
+        self.port: int | None = None
 
     def argv(self, port: int) -> list[str]:
         ngl = "all" if self.gpu_layers < 0 else str(self.gpu_layers)
-        args = [str(self.binary), "-m", str(self.model), "-c", str(self.n_ctx), "-t", str(self.threads),
-                "-tb", str(self.threads), "-b", str(self.n_batch), "-ub", str(self.n_batch), "-ngl", ngl,
-                "-np", "1",  # one slot: the whole context serves the one request, as in localspec
-                "--host", "127.0.0.1", "--port", str(port), "--no-webui", *SPEC_TYPES[self.spec_type]]
+        args = [
+            str(self.binary),
+            "-m",
+            str(self.model),
+            "-c",
+            str(self.n_ctx),
+            "-t",
+            str(self.threads),
+            "-tb",
+            str(self.threads),
+            "-b",
+            str(self.n_batch),
+            "-ub",
+            str(self.n_batch),
+            "-ngl",
+            ngl,
+            "-np",
+            "1",  # one slot: the whole context serves the one request, as in localspec
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-webui",
+            *SPEC_TYPES[self.spec_type],
+        ]
         if self.spec_type == "draft-simple":
             args += ["-md", str(self.draft_model)]
         return args
 
     # -- lifetime -------------------------------------------------------------------------------------
-    def start(self) -> "LlamaServer":
+    def start(self) -> LlamaServer:
         for _ in range(3):  # the free port may be taken between our probe and the server's bind: retry
             self.port = free_port()
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.log_path, "ab") as log:
                 # own session: a Ctrl-C at the terminal reaches localspec, which then stops the server itself
-                self.proc = subprocess.Popen(self.argv(self.port), stdin=subprocess.DEVNULL, stdout=log,
-                                             stderr=subprocess.STDOUT, env=_env(self.binary), start_new_session=True,
-                                             preexec_fn=_die_with_parent if _PRCTL else None)
+                self.proc = subprocess.Popen(
+                    self.argv(self.port),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=_env(self.binary),
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent if _PRCTL else None,
+                )
             try:
                 if self._wait_healthy():
                     return self
@@ -145,8 +193,9 @@ class LlamaServer:
             except (urllib.error.URLError, OSError):  # not listening yet, or 503 while the model loads
                 pass
             time.sleep(0.1)
-        raise PeerError(f"llama-server ({self.spec_type}) was not ready after {self.start_timeout:.0f} s; "
-                        f"{self._tail_text()}")
+        raise PeerError(
+            f"llama-server ({self.spec_type}) was not ready after {self.start_timeout:.0f} s; {self._tail_text()}"
+        )
 
     def stop(self, timeout: float = 10.0) -> None:
         """Terminate by PID, kill after `timeout` seconds; idempotent."""
@@ -161,10 +210,10 @@ class LlamaServer:
             proc.wait()
 
     @property
-    def pid(self) -> Optional[int]:
+    def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    def __enter__(self) -> "LlamaServer":
+    def __enter__(self) -> LlamaServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -173,23 +222,35 @@ class LlamaServer:
     # -- requests -------------------------------------------------------------------------------------
     def complete(self, prompt: Sequence[int], n_predict: int) -> Reply:
         """Greedy completion of the prompt's token ids; no prompt cache, so every request prefills it all."""
-        body = {"prompt": [int(t) for t in prompt], "n_predict": n_predict, "temperature": 0, "top_k": 1,
-                "cache_prompt": False, "return_tokens": True, "stream": False}
-        request = urllib.request.Request(self._url("/completion"), data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
+        body = {
+            "prompt": [int(t) for t in prompt],
+            "n_predict": n_predict,
+            "temperature": 0,
+            "top_k": 1,
+            "cache_prompt": False,
+            "return_tokens": True,
+            "stream": False,
+        }
+        request = urllib.request.Request(
+            self._url("/completion"), data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=self.request_timeout) as r:
                 reply = json.loads(r.read())
         except urllib.error.HTTPError as exc:
-            raise PeerError(f"llama-server ({self.spec_type}) answered HTTP {exc.code}: "
-                            f"{_error_message(exc)}; {self._tail_text()}") from None
+            raise PeerError(
+                f"llama-server ({self.spec_type}) answered HTTP {exc.code}: {_error_message(exc)}; {self._tail_text()}"
+            ) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             state = "it exited" if self._exited() else "no valid answer"
-            raise PeerError(f"llama-server ({self.spec_type}) failed a request ({state}: {exc}); "
-                            f"{self._tail_text()}") from None
+            raise PeerError(
+                f"llama-server ({self.spec_type}) failed a request ({state}: {exc}); {self._tail_text()}"
+            ) from None
         if not isinstance(reply.get("tokens"), list) or not isinstance(reply.get("timings"), dict):
-            raise PeerError(f"llama-server ({self.spec_type}) sent no tokens/timings (a llama.cpp without "
-                            f"`return_tokens`?); {self._tail_text()}")
+            raise PeerError(
+                f"llama-server ({self.spec_type}) sent no tokens/timings (a llama.cpp without "
+                f"`return_tokens`?); {self._tail_text()}"
+            )
         return Reply([int(t) for t in reply["tokens"]], reply["timings"])
 
     def _exited(self, wait: float = 2.0) -> bool:
@@ -228,22 +289,31 @@ def _error_message(exc: urllib.error.HTTPError) -> str:
 @dataclass(frozen=True)
 class ServerConfig:
     """How to start the peer for one localspec session: its model, context, threads, batch, GPU layers."""
+
     binary: Path
     model: Path
     n_ctx: int
     threads: int
     n_batch: int = 512
     gpu_layers: int = 0
-    draft_model: Optional[Path] = None  # for draft-simple
+    draft_model: Path | None = None  # for draft-simple
 
     def server(self, spec_type: str, log_path: Path) -> LlamaServer:
-        return LlamaServer(self.binary, self.model, spec_type, n_ctx=self.n_ctx, threads=self.threads,
-                           log_path=log_path, n_batch=self.n_batch, gpu_layers=self.gpu_layers,
-                           draft_model=self.draft_model)
+        return LlamaServer(
+            self.binary,
+            self.model,
+            spec_type,
+            n_ctx=self.n_ctx,
+            threads=self.threads,
+            log_path=log_path,
+            n_batch=self.n_batch,
+            gpu_layers=self.gpu_layers,
+            draft_model=self.draft_model,
+        )
 
 
 @contextmanager
-def running(config: Optional[ServerConfig], types: Sequence[str], log_dir: Path) -> Iterator[dict[str, LlamaServer]]:
+def running(config: ServerConfig | None, types: Sequence[str], log_dir: Path) -> Iterator[dict[str, LlamaServer]]:
     """Fresh servers, one per type, all stopped on the way out (also when one fails to start)."""
     servers: dict[str, LlamaServer] = {}
     try:
@@ -255,11 +325,12 @@ def running(config: Optional[ServerConfig], types: Sequence[str], log_dir: Path)
             server.stop()
 
 
-def server_version(binary: Path) -> Optional[str]:
+def server_version(binary: Path) -> str | None:
     """What `llama-server --version` says (it prints to stderr), for the bench JSON."""
     try:
-        done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30,
-                              env=_env(Path(binary)))
+        done = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, timeout=30, env=_env(Path(binary))
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if "version" in line.lower()]

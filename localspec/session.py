@@ -1,9 +1,10 @@
 """A loaded model with its drafter and generation settings, answering a conversation turn by turn."""
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional
 
 import numpy as np
 
@@ -29,19 +30,18 @@ class Session:
     sampling: SamplingParams
     model_name: str
     max_tokens: int = 512
-    speclen: "FixedK | AdaptiveK" = field(default_factory=AdaptiveK)  # kept across turns: what it learnt
+    speclen: FixedK | AdaptiveK = field(default_factory=AdaptiveK)  # kept across turns: what it learnt
     stop: tuple[str, ...] = ()
     rng: np.random.Generator = field(default_factory=np.random.default_rng)
     drafter_options: DrafterOptions = field(default_factory=DrafterOptions)
-    costs: Optional[CostCache] = None  # the measured verify-cost curve on disk (None: not kept)
+    costs: CostCache | None = None  # the measured verify-cost curve on disk (None: not kept)
     plain: PlainBaseline = field(default_factory=PlainBaseline)  # what the speedup is measured against
-    exact_guard: Optional[float] = None  # the near-tie margin at temperature 0 (None: no guard)
+    exact_guard: float | None = None  # the near-tie margin at temperature 0 (None: no guard)
     exact_guard_source: str = ""  # 'calibrated' or 'default'
     kernels_invariant: bool = False  # the kernels the cost curve in `costs` was measured with
 
-
     @classmethod
-    def from_args(cls, args, on_load=None) -> "Session":
+    def from_args(cls, args, on_load=None) -> Session:
         sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p)
         check_drafter_name(args.drafter)  # bad options fail before the (slow) model load
         speclen = make_policy(args.draft_tokens)
@@ -50,18 +50,35 @@ class Session:
         backend_name = getattr(args, "backend", None) or choose_backend(args.model, entry)
         name, path = resolve_model(args.model, registry, backend=backend_name)
         guarded = not getattr(args, "no_exact_guard", False)
-        backend = load_backend(backend_name, path, n_ctx=args.ctx, n_threads=args.threads,
-                               n_gpu_layers=args.gpu_layers, on_load=on_load, batch_invariant=guarded)
+        backend = load_backend(
+            backend_name,
+            path,
+            n_ctx=args.ctx,
+            n_threads=args.threads,
+            n_gpu_layers=args.gpu_layers,
+            on_load=on_load,
+            batch_invariant=guarded,
+        )
         options = drafter_options(args, entry, registry)
         try:
             drafter = make_drafter(args.drafter, backend, options)
         except BaseException:
             backend.close()
             raise
-        session = cls(backend, drafter, sampling, name, args.max_tokens, speclen, tuple(args.stop),
-                      np.random.default_rng(args.seed), options)
+        session = cls(
+            backend,
+            drafter,
+            sampling,
+            name,
+            args.max_tokens,
+            speclen,
+            tuple(args.stop),
+            np.random.default_rng(args.seed),
+            options,
+        )
         if guarded:
             from localspec.calibrate import margin_for
+
             session.exact_guard, session.exact_guard_source = margin_for(backend)
         session.kernels_invariant = session.invariant_now()
         session.costs = session.cost_cache(session.kernels_invariant)
@@ -90,7 +107,7 @@ class Session:
         self.costs = self.cost_cache(invariant)
         self.speclen.swap_costs(self.costs.load())
 
-    def new_policy(self, draft_tokens, costs: Optional[CostCache] = None) -> "FixedK | AdaptiveK":
+    def new_policy(self, draft_tokens, costs: CostCache | None = None) -> FixedK | AdaptiveK:
         """A speculation-length policy; an adaptive one starts from the cost curve measured on this machine
         in earlier sessions (``costs``, else the session's)."""
         policy = make_policy(draft_tokens)
@@ -105,10 +122,19 @@ class Session:
         prompt = conversation.prompt_tokens(self.backend, reserve=self.max_tokens)
         self._follow_kernels()
         try:
-            yield from stream_generate(self.backend, self.drafter, prompt, self.sampling,
-                                       max_tokens=self.max_tokens, draft_tokens=self.speclen, stop=self.stop,
-                                       rng=self.rng, on_prefill=on_prefill, plain=self.plain,
-                                       exact_guard=self.exact_guard)
+            yield from stream_generate(
+                self.backend,
+                self.drafter,
+                prompt,
+                self.sampling,
+                max_tokens=self.max_tokens,
+                draft_tokens=self.speclen,
+                stop=self.stop,
+                rng=self.rng,
+                on_prefill=on_prefill,
+                plain=self.plain,
+                exact_guard=self.exact_guard,
+            )
         finally:  # what this turn measured is there for the next start, even after Ctrl-C
             self.save_costs()
 
@@ -131,7 +157,7 @@ class Session:
             text += ", `localspec calibrate` measures it)" if self.exact_guard_source == "default" else ")"
         return text
 
-    def draft_model(self) -> Optional[str]:
+    def draft_model(self) -> str | None:
         """'NAME N MB' of the drafter's own model, if it has one."""
         draft = getattr(self.drafter, "draft", None)
         return None if draft is None else f"{draft.model_name} {draft.memory_bytes() / 2**20:.0f} MB"
@@ -151,22 +177,27 @@ class Session:
         self.drafter.close()
         self.backend.close()
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
 
-_SUFFIX_ARGS = {"suffix_max_depth": "max_depth", "suffix_min_prob": "min_token_prob",
-                "suffix_factor": "max_spec_factor", "suffix_offset": "max_spec_offset",
-                "suffix_cache_tokens": "cache_tokens"}
+_SUFFIX_ARGS = {
+    "suffix_max_depth": "max_depth",
+    "suffix_min_prob": "min_token_prob",
+    "suffix_factor": "max_spec_factor",
+    "suffix_offset": "max_spec_offset",
+    "suffix_cache_tokens": "cache_tokens",
+}
 
 
-def choose_backend(spec: Optional[str], entry: Optional[ModelEntry]) -> str:
+def choose_backend(spec: str | None, entry: ModelEntry | None) -> str:
     """MLX on Apple silicon for an alias with an MLX source (or a model folder); a folder elsewhere goes to
     torch; everything else to llama.cpp."""
     from localspec.hub import default_backend, on_apple_silicon
+
     if entry is not None:
         return default_backend(entry)
     if spec and Path(spec).expanduser().is_dir():
@@ -174,7 +205,7 @@ def choose_backend(spec: Optional[str], entry: Optional[ModelEntry]) -> str:
     return "llama.cpp"
 
 
-def drafter_options(args, entry: Optional[ModelEntry], registry=None) -> DrafterOptions:
+def drafter_options(args, entry: ModelEntry | None, registry=None) -> DrafterOptions:
     """Drafter settings: the command line over the model's models.toml entry over the defaults."""
     suffix = dict(entry.suffix) if entry else {}
     suffix.update({key: getattr(args, arg) for arg, key in _SUFFIX_ARGS.items() if getattr(args, arg) is not None})
@@ -183,8 +214,14 @@ def drafter_options(args, entry: Optional[ModelEntry], registry=None) -> Drafter
     backend = getattr(args, "backend", None) or choose_backend(args.model, entry)
     draft_path = str(resolve_model(draft_spec, registry or load_registry(), backend=backend)[1]) if draft_spec else None
     ngram = entry.ngram if entry else {}
-    return DrafterOptions(ngram_min=args.ngram_min or ngram.get("min", 2), ngram_max=args.ngram_max or ngram.get("max", 4),
-                          suffix=suffix,
-                          draft_model=draft_path, draft_name=draft_spec, known_drafts=known, seed=args.seed,
-                          eagle_head=getattr(args, "eagle_head", None) or (entry.eagle.get("torch") if entry else None),
-                          eagle_tree=getattr(args, "eagle_tree", 0) or 0)
+    return DrafterOptions(
+        ngram_min=args.ngram_min or ngram.get("min", 2),
+        ngram_max=args.ngram_max or ngram.get("max", 4),
+        suffix=suffix,
+        draft_model=draft_path,
+        draft_name=draft_spec,
+        known_drafts=known,
+        seed=args.seed,
+        eagle_head=getattr(args, "eagle_head", None) or (entry.eagle.get("torch") if entry else None),
+        eagle_tree=getattr(args, "eagle_tree", 0) or 0,
+    )

@@ -4,17 +4,22 @@ The oracle target accepts exactly the draft tokens that match the recorded answe
 recorded token, as greedy verification would. No model runs, so a drafter can be judged on token
 sequences alone: mean accepted tokens per step (tau) and acceptance rate.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from localspec.drafters.base import Drafter
 from localspec.stats import TurnStats
 from localspec.types import EMPTY_DRAFT, Verdict
 
 
-def simulate(drafter: Drafter, cases: Iterable[tuple[Sequence[int], Sequence[int]]], k: int,
-             step_cost: Optional[Callable[[int], float]] = None) -> TurnStats:
+def simulate(
+    drafter: Drafter,
+    cases: Iterable[tuple[Sequence[int], Sequence[int]]],
+    k: int,
+    step_cost: Callable[[int], float] | None = None,
+) -> TurnStats:
     """``cases``: (prompt tokens, answer tokens) pairs, replayed in order (drafters may learn across them).
     With ``step_cost`` (seconds of one target forward over n tokens) the stats' verify time is the time the
     target would have spent, so ``predicted_speedup`` can compare against plain decoding."""
@@ -26,9 +31,9 @@ def simulate(drafter: Drafter, cases: Iterable[tuple[Sequence[int], Sequence[int
             budget = min(k, len(answer) - done - 1)
             draft = drafter.propose(context, budget) if budget > 0 else EMPTY_DRAFT
             tokens = draft.tokens[:budget]
-            truth = answer[done:done + len(tokens)]
-            accepted = next((i for i, (a, b) in enumerate(zip(tokens, truth)) if a != b), len(tokens))
-            emitted = tuple(answer[done:done + accepted + 1])
+            truth = answer[done : done + len(tokens)]
+            accepted = next((i for i, (a, b) in enumerate(zip(tokens, truth, strict=False)) if a != b), len(tokens))
+            emitted = tuple(answer[done : done + accepted + 1])
             drafter.observe(Verdict(len(tokens), accepted, emitted))
             total.record_step(len(tokens), accepted, len(emitted))
             if step_cost is not None:
@@ -39,10 +44,15 @@ def simulate(drafter: Drafter, cases: Iterable[tuple[Sequence[int], Sequence[int
     return total
 
 
-def summary(stats: TurnStats, step_cost: Optional[Callable[[int], float]] = None) -> dict:
-    out = {"steps": stats.steps, "tokens": stats.generated, "drafted": stats.drafted, "accepted": stats.accepted,
-           "acceptance_rate": round(stats.acceptance_rate or 0.0, 4),
-           "mean_accepted_tokens_per_step": round(stats.mean_accepted_length, 3)}
+def summary(stats: TurnStats, step_cost: Callable[[int], float] | None = None) -> dict:
+    out = {
+        "steps": stats.steps,
+        "tokens": stats.generated,
+        "drafted": stats.drafted,
+        "accepted": stats.accepted,
+        "acceptance_rate": round(stats.acceptance_rate or 0.0, 4),
+        "mean_accepted_tokens_per_step": round(stats.mean_accepted_length, 3),
+    }
     if step_cost is not None and stats.verify_s > 0:
         out["predicted_speedup"] = round(stats.generated * step_cost(1) / stats.verify_s, 3)
     return out
@@ -57,9 +67,10 @@ def cost_curve(ms_by_k: dict) -> Callable[[int], float]:
     def cost(n: int) -> float:
         if n <= ks[0]:
             return ms[0] / 1e3
-        for (k0, m0), (k1, m1) in zip(zip(ks, ms), zip(ks[1:], ms[1:])):
+        for (k0, m0), (k1, m1) in zip(zip(ks, ms, strict=False), zip(ks[1:], ms[1:], strict=False), strict=False):
             if n <= k1:
                 return (m0 + (m1 - m0) * (n - k0) / (k1 - k0)) / 1e3
         slope = (ms[-1] - ms[-2]) / (ks[-1] - ks[-2]) if len(ks) > 1 else ms[-1]
         return (ms[-1] + slope * (n - ks[-1])) / 1e3
+
     return cost

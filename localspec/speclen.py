@@ -37,10 +37,11 @@ Two kinds of drafter are handled differently:
   timed at load) stands in for the measured draft cost; a drafter of unknown cost is first asked for a
   short draft.
 """
+
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from localspec.types import Draft
 
@@ -86,7 +87,7 @@ class FixedK:
     def label(self) -> str:
         return f"K={self.max_k}"
 
-    def begin_turn(self, cost_per_token: Optional[float] = 0.0) -> None:
+    def begin_turn(self, cost_per_token: float | None = 0.0) -> None:
         pass
 
     def plan(self, cap: int, catchup_s: float = 0.0) -> int:
@@ -95,8 +96,9 @@ class FixedK:
     def trim(self, draft: Draft, draft_s: float) -> int:
         return len(draft)
 
-    def record(self, verified: int, accepted: int, emitted: Sequence[int], draft_s: float, verify_s: float,
-               step_s: float) -> None:
+    def record(
+        self, verified: int, accepted: int, emitted: Sequence[int], draft_s: float, verify_s: float, step_s: float
+    ) -> None:
         pass
 
     def reset_drafter(self) -> None:
@@ -122,9 +124,9 @@ class AdaptiveK:
         self._bands = [0] + [band(i) for i in range(1, max_k + 1)]  # position -> band, looked up per token
         self._verify: dict[int, float] = {}  # window size n -> running mean seconds
         self._verify_n: dict[int, int] = {}  # how often each size was measured
-        self._curve: Optional[list[float]] = None  # verify_cost(n) for n = 0..max_k + 1 (see _cost_curve)
+        self._curve: list[float] | None = None  # verify_cost(n) for n = 0..max_k + 1 (see _cost_curve)
         self._curve_age = 0
-        self._overhead: Optional[float] = None  # per-step seconds outside draft and verify
+        self._overhead: float | None = None  # per-step seconds outside draft and verify
         self._loaded = 0  # window sizes whose cost came from an earlier session
         self._stale: set[int] = set()  # loaded sizes, until the first timing of this session rescales them
         self._budget = 0.0  # seconds exploration may still lose
@@ -146,16 +148,16 @@ class AdaptiveK:
         self._chits = [[0.0] * n_bands for _ in range(len(CONFIDENCE_EDGES) + 1)]
         self._step_obs: dict[tuple[int, int], list[int]] = {}  # this step's (bucket, band) -> [seen, hits]
         self._fit = [0.0] * 5  # decayed sums for draft(k) = a + b k: n, k, kk, t, kt
-        self._full: Optional[Draft] = None  # the last proposal, before trimming
-        self._full_conf: Optional[tuple[float, ...]] = None  # and its tokens' confidence
+        self._full: Draft | None = None  # the last proposal, before trimming
+        self._full_conf: tuple[float, ...] | None = None  # and its tokens' confidence
         self._asked = 0  # tokens the last plan asked the drafter for
-        self._shadow: Optional[Draft] = None  # an unverified point-mass proposal being compared with the output
+        self._shadow: Draft | None = None  # an unverified point-mass proposal being compared with the output
         self._shadow_pos = 0
         self._never_pays = self._probing = False
         self.begin_turn()
         self._chosen: list[int] = []
 
-    def begin_turn(self, cost_per_token: Optional[float] = 0.0) -> None:
+    def begin_turn(self, cost_per_token: float | None = 0.0) -> None:
         """cost_per_token: the drafter's own figure for a drafted token, used until drafting is timed
         (0: a lookup; None: unknown)."""
         self._draft_hint = cost_per_token
@@ -181,7 +183,7 @@ class AdaptiveK:
         """Acceptance per position band for confidence bucket b; a band with few observations leans on the
         band before it, the first band on the position-1 estimate of all drafts (``first``)."""
         out, prior = [], first
-        for seen, hits in zip(self._cseen[b], self._chits[b]):
+        for seen, hits in zip(self._cseen[b], self._chits[b], strict=False):
             prior = (hits + prior * PRIOR_WEIGHT) / (seen + PRIOR_WEIGHT)
             out.append(prior)
         return out
@@ -203,7 +205,7 @@ class AdaptiveK:
             out.append(row[bands[i]])
         return out
 
-    def expected_tokens(self, accept_all: bool = False, acceptance: Optional[list[float]] = None) -> list[float]:
+    def expected_tokens(self, accept_all: bool = False, acceptance: list[float] | None = None) -> list[float]:
         """E(k) for k = 0..len(acceptance) - 1 (default: by position, k = 0..max_k)."""
         profile = acceptance if acceptance is not None else self.acceptance_profile()
         out, total, chain = [1.0], 1.0, 1.0
@@ -213,7 +215,7 @@ class AdaptiveK:
             out.append(total)
         return out
 
-    def verify_cost(self, n: int) -> Optional[float]:
+    def verify_cost(self, n: int) -> float | None:
         """Seconds for a forward of n positions: measured, else interpolated between measured sizes. Below
         the smallest measured size each position costs PRIOR_SLOPE single steps; past the largest, the mean
         per-position slope so far (at least MIN_SLOPE of a step) — a guess on the dear side, so a big
@@ -250,7 +252,7 @@ class AdaptiveK:
             self._curve_age = 0
         return self._curve
 
-    def draft_cost(self, k: int, line: Optional[tuple[float, float]] = None) -> float:
+    def draft_cost(self, k: int, line: tuple[float, float] | None = None) -> float:
         if k == 0:
             return 0.0
         a, b = self._draft_line() if line is None else line
@@ -267,20 +269,20 @@ class AdaptiveK:
             return st / n - b * sk / n, b
         return 0.0, (st / sk if sk else 0.0)  # every measured call drafted the same k: no intercept
 
-    def _times(self, top: int, draft_s: Optional[float]) -> list[float]:
+    def _times(self, top: int, draft_s: float | None) -> list[float]:
         """Estimated seconds of a step verifying k = 0..top tokens (draft_s: drafting time already spent)."""
         curve, overhead = self._cost_curve(), self._overhead or 0.0
         if draft_s is not None:
-            return [overhead + draft_s + c for c in curve[1:top + 2]]
+            return [overhead + draft_s + c for c in curve[1 : top + 2]]
         line = self._draft_line()
         return [overhead + self.draft_cost(k, line) + curve[k + 1] for k in range(top + 1)]
 
-    def rates(self, top: int, draft_s: Optional[float] = None, accept_all: bool = False) -> list[float]:
+    def rates(self, top: int, draft_s: float | None = None, accept_all: bool = False) -> list[float]:
         """Expected tokens per second for k = 0..top by position alone (the plan, before a draft exists)."""
         if not self._verify:
             return [0.0] * (top + 1)
         expected = self.expected_tokens(accept_all)
-        return [e / t for e, t in zip(expected, self._times(top, draft_s))]
+        return [e / t for e, t in zip(expected, self._times(top, draft_s), strict=False)]
 
     def _cheap(self, cap: int) -> bool:
         single = self.verify_cost(1)
@@ -335,7 +337,7 @@ class AdaptiveK:
             return min(len(draft), FIRST_WINDOW)
         expected = self.expected_tokens(acceptance=self.draft_acceptance(draft))
         times = self._times(len(draft), draft_s)
-        rates = [e / t for e, t in zip(expected, times)]
+        rates = [e / t for e, t in zip(expected, times, strict=False)]
         best = _argmax(rates)
         best = self._explore(expected, times, best)
         if best == 0 and draft.q is None and self._shadow is None:
@@ -347,8 +349,7 @@ class AdaptiveK:
         against `best` fits the exploration budget; else `best`. Only lengths that could clearly beat `best`
         were their window as cheap as a single step are worth measuring (a useless drafter explores nothing)."""
         bar = EXPLORE_GAIN * expected[best] / times[best] * times[0]
-        untried = [k for k in range(1, len(expected))
-                   if self._verify_n.get(k + 1, 0) < MEASURED and expected[k] > bar]
+        untried = [k for k in range(1, len(expected)) if self._verify_n.get(k + 1, 0) < MEASURED and expected[k] > bar]
         if not untried:
             return best
         k = max(untried, key=lambda k: expected[k] / times[k])
@@ -360,8 +361,9 @@ class AdaptiveK:
         self._explore_spent += loss
         return k
 
-    def record(self, verified: int, accepted: int, emitted: Sequence[int], draft_s: float, verify_s: float,
-               step_s: float) -> None:
+    def record(
+        self, verified: int, accepted: int, emitted: Sequence[int], draft_s: float, verify_s: float, step_s: float
+    ) -> None:
         """The step's outcome: `verified` draft tokens went to the target, `accepted` of them passed,
         `emitted` is what the step output; times in seconds. A position the exact guard held back counts
         as not accepted: the window yields nothing there, which is what the plan has to expect (counting
@@ -414,7 +416,7 @@ class AdaptiveK:
             if not hit or self._shadow_pos >= len(shadow):
                 self._shadow, self._shadow_pos = None, 0
 
-    def _observe(self, i: int, hit: bool, confidence: Optional[float]) -> None:
+    def _observe(self, i: int, hit: bool, confidence: float | None) -> None:
         if i > self.max_k:
             return
         self._seen[i] = DECAY * self._seen[i] + 1.0
@@ -442,8 +444,10 @@ class AdaptiveK:
     # -- the measured curve across sessions -----------------------------------------------------------
     def costs(self) -> dict:
         """What to persist: seconds and measurement count per window size."""
-        return {"verify_s": {str(n): s for n, s in sorted(self._verify.items())},
-                "count": {str(n): self._verify_n[n] for n in sorted(self._verify)}}
+        return {
+            "verify_s": {str(n): s for n, s in sorted(self._verify.items())},
+            "count": {str(n): self._verify_n[n] for n in sorted(self._verify)},
+        }
 
     def swap_costs(self, saved: dict) -> None:
         """Plan on another verify-cost curve (``saved``, possibly empty) from now on: the kernels changed."""
@@ -473,15 +477,19 @@ class AdaptiveK:
 
     def figures(self) -> dict:
         chosen = self._chosen
-        out = {"mode": "adaptive", "max_k": self.max_k,
-               "mean_k": round(sum(chosen) / len(chosen), 3) if chosen else None,
-               "max_verified": max(chosen, default=0),
-               "plain_steps": sum(1 for k in chosen if k == 0),
-               "acceptance_estimate": [round(a, 3) for a in self.acceptance_profile()[1:]],
-               "acceptance_by_confidence": self._bucket_figures(),
-               "verify_ms": {n: round(s * 1e3, 2) for n, s in sorted(self._verify.items())},
-               "costs_loaded": self._loaded, "explore_steps": self._explored,
-               "explore_ms": round(self._explore_spent * 1e3, 1)}
+        out = {
+            "mode": "adaptive",
+            "max_k": self.max_k,
+            "mean_k": round(sum(chosen) / len(chosen), 3) if chosen else None,
+            "max_verified": max(chosen, default=0),
+            "plain_steps": sum(1 for k in chosen if k == 0),
+            "acceptance_estimate": [round(a, 3) for a in self.acceptance_profile()[1:]],
+            "acceptance_by_confidence": self._bucket_figures(),
+            "verify_ms": {n: round(s * 1e3, 2) for n, s in sorted(self._verify.items())},
+            "costs_loaded": self._loaded,
+            "explore_steps": self._explored,
+            "explore_ms": round(self._explore_spent * 1e3, 1),
+        }
         if self._never_pays:
             out["note"] = "the drafter cannot pay on this machine even if every token were accepted"
         return out
@@ -490,8 +498,11 @@ class AdaptiveK:
         """{'<=edge': acceptance per position band} for the buckets with evidence."""
         profile = self.acceptance_profile()
         labels = [f"<={e}" for e in CONFIDENCE_EDGES] + [f">{CONFIDENCE_EDGES[-1]}"]
-        return {labels[b]: [round(a, 3) for a in self._bucket_row(b, profile[1])]
-                for b in range(len(labels)) if sum(self._cseen[b]) > 0.5}
+        return {
+            labels[b]: [round(a, 3) for a in self._bucket_row(b, profile[1])]
+            for b in range(len(labels))
+            if sum(self._cseen[b]) > 0.5
+        }
 
 
 def _argmax(values: list[float]) -> int:
@@ -500,9 +511,10 @@ def _argmax(values: list[float]) -> int:
     return best if best == 0 or values[best] >= MARGIN * values[0] else 0
 
 
-def make_policy(draft_tokens) -> "FixedK | AdaptiveK":
+def make_policy(draft_tokens) -> FixedK | AdaptiveK:
     """`--draft-tokens`: an int fixes K; 'auto' (or 'auto:N' for a different maximum) is the controller."""
     from localspec.errors import ConfigError
+
     if isinstance(draft_tokens, (FixedK, AdaptiveK)):
         return draft_tokens
     text = str(draft_tokens).strip().lower()

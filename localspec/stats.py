@@ -1,8 +1,8 @@
 """Counters of one turn and the figures derived from them. Plain turns fill the same fields."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from localspec.baseline import PlainSpeed, speedup
 
@@ -23,9 +23,9 @@ class TurnStats:
     verify_s: float = 0.0  # target forward + verification
     drafter: dict = field(default_factory=dict)  # the drafter's own figures
     speclen: dict = field(default_factory=dict)  # how K was chosen (fixed, or the controller's figures)
-    plain: Optional[PlainSpeed] = None  # in-session plain decoding near the current context length
+    plain: PlainSpeed | None = None  # in-session plain decoding near the current context length
     guard_kernels: bool = False  # the exact guard ran batch-invariant kernels (no margin needed)
-    guard_margin: Optional[float] = None  # the exact guard's near-tie margin (None: none)
+    guard_margin: float | None = None  # the exact guard's near-tie margin (None: none)
     guard_gaps: list = field(default_factory=list)  # the top-1/top-2 gap of each row it held back
     guard_steps: int = 0  # single-token steps it forced
     guard_s: float = 0.0  # and their time
@@ -44,7 +44,7 @@ class TurnStats:
             self.drafted_at[i] += 1
             self.accepted_at[i] += i < accepted
 
-    def record_guard(self, gap: Optional[float], forced_s: float) -> None:
+    def record_guard(self, gap: float | None, forced_s: float) -> None:
         if gap is not None:
             self.guard_gaps.append(gap)
         if forced_s:
@@ -52,7 +52,7 @@ class TurnStats:
             self.guard_s += forced_s
 
     @property
-    def acceptance_rate(self) -> Optional[float]:
+    def acceptance_rate(self) -> float | None:
         return self.accepted / self.drafted if self.drafted else None
 
     @property
@@ -73,21 +73,24 @@ class TurnStats:
         return max(0.0, self.decode_s - self.draft_s - self.verify_s)
 
     def acceptance_by_position(self) -> list[float]:
-        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at, strict=False)]
 
     @property
-    def speedup(self) -> Optional[float]:
+    def speedup(self) -> float | None:
         """Over this session's own plain decoding (localspec.baseline); None until that is measured."""
         per_step = self.generated / self.steps if self.steps else 0.0  # tau, less what the guard held back
         return speedup(self.decode_tps, per_step, self.plain)
 
-    def rule_comparison(self) -> Optional[dict]:
+    def rule_comparison(self) -> dict | None:
         """Mean acceptance probability per examined draft position under both rules (drafts with q)."""
         if not self.rules:
             return None
         n = len(self.rules)
-        return {"positions": n, "rejection_sampling": round(sum(r for r, _ in self.rules) / n, 4),
-                "exact_match": round(sum(m for _, m in self.rules) / n, 4)}
+        return {
+            "positions": n,
+            "rejection_sampling": round(sum(r for r, _ in self.rules) / n, 4),
+            "exact_match": round(sum(m for _, m in self.rules) / n, 4),
+        }
 
     def speedup_text(self) -> str:
         """'1.42x vs 11.2 tok/s plain', or '-' while in-session plain decoding is not measured yet."""
@@ -116,10 +119,16 @@ class TurnStats:
             "drafter": dict(self.drafter),
             "speclen": dict(self.speclen),
             "acceptance_rules": self.rule_comparison(),
-            "exact_guard": None if self.guard_margin is None and not self.guard_kernels else {
-                "kernels": "batch-invariant" if self.guard_kernels else "default", "margin": self.guard_margin, "fired": len(self.guard_gaps),
-                "gaps": [round(g, 3) for g in self.guard_gaps], "forced_steps": self.guard_steps,
-                "forced_s": round(self.guard_s, 4)},
+            "exact_guard": None
+            if self.guard_margin is None and not self.guard_kernels
+            else {
+                "kernels": "batch-invariant" if self.guard_kernels else "default",
+                "margin": self.guard_margin,
+                "fired": len(self.guard_gaps),
+                "gaps": [round(g, 3) for g in self.guard_gaps],
+                "forced_steps": self.guard_steps,
+                "forced_s": round(self.guard_s, 4),
+            },
             "speedup": None if self.speedup is None else round(self.speedup, 3),
             "plain": None if self.plain is None else self.plain.to_dict(),
         }
@@ -127,10 +136,15 @@ class TurnStats:
     def summary(self) -> str:
         rate = self.acceptance_rate
         accept = "-" if rate is None else f"{rate:.0%}"
-        guard = (f" | exact guard held {len(self.guard_gaps)} near-ties back ({self.guard_s * 1e3:.0f} ms)"
-                 if self.guard_gaps else "")
-        return (f"{self.generated} tok, {self.decode_tps:.1f} tok/s decode, speedup {self.speedup_text()} | "
-                f"prefill {self.prefill_tokens} tok {self.prefill_tps:.0f} tok/s | accepted "
-                f"{self.accepted}/{self.drafted} ({accept}), tau {self.mean_accepted_length:.2f} | draft "
-                f"{self.draft_s * 1e3:.0f} ms, verify {self.verify_s * 1e3:.0f} ms, other {self.other_s * 1e3:.0f} ms"
-                + guard)
+        guard = (
+            f" | exact guard held {len(self.guard_gaps)} near-ties back ({self.guard_s * 1e3:.0f} ms)"
+            if self.guard_gaps
+            else ""
+        )
+        return (
+            f"{self.generated} tok, {self.decode_tps:.1f} tok/s decode, speedup {self.speedup_text()} | "
+            f"prefill {self.prefill_tokens} tok {self.prefill_tps:.0f} tok/s | accepted "
+            f"{self.accepted}/{self.drafted} ({accept}), tau {self.mean_accepted_length:.2f} | draft "
+            f"{self.draft_s * 1e3:.0f} ms, verify {self.verify_s * 1e3:.0f} ms, other {self.other_s * 1e3:.0f} ms"
+            + guard
+        )

@@ -1,8 +1,9 @@
 """Stop strings in streamed text. Text that might be the start of a stop string is held back until the
 next piece shows whether it is, so a stop string never reaches the user even when split across tokens."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 class StopStrings:
@@ -18,7 +19,7 @@ class StopStrings:
             self._held = ""
             return buf[: min(hits)], True
         keep = max((_overlap(buf, s) for s in self.stops), default=0)
-        self._held = buf[len(buf) - keep:] if keep else ""
+        self._held = buf[len(buf) - keep :] if keep else ""
         return buf[: len(buf) - keep], False
 
     def flush(self) -> str:

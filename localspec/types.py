@@ -1,8 +1,10 @@
 """Small immutable records passed between the engine, backends, drafters and the UI."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,8 +27,8 @@ class Draft:
 
     tokens: tuple[int, ...] = ()
     parents: tuple[int, ...] = ()
-    q: Optional[np.ndarray] = None
-    confidence: Optional[tuple[float, ...]] = None
+    q: np.ndarray | None = None
+    confidence: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if len(self.parents) != len(self.tokens):
@@ -37,7 +39,7 @@ class Draft:
             raise ValueError("Draft.confidence must have one entry per token")
 
     @classmethod
-    def chain(cls, tokens, q: Optional[np.ndarray] = None, confidence=None) -> "Draft":
+    def chain(cls, tokens, q: np.ndarray | None = None, confidence=None) -> Draft:
         tokens = tuple(int(t) for t in tokens)
         conf = None if confidence is None else tuple(float(c) for c in confidence)
         return cls(tokens, tuple(range(-1, len(tokens) - 1)), q, conf)
@@ -45,7 +47,7 @@ class Draft:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def token_confidence(self) -> Optional[tuple[float, ...]]:
+    def token_confidence(self) -> tuple[float, ...] | None:
         """The drafter's confidence in each token: its own, else q of the drafted token, else None."""
         if self.confidence is not None or self.q is None:
             return self.confidence
@@ -64,7 +66,7 @@ class Draft:
             out.append(1 if p < 0 else out[p] + 1)
         return out
 
-    def cut(self, depth: int) -> "Draft":
+    def cut(self, depth: int) -> Draft:
         """The tokens at depth <= ``depth`` (a tree lists tokens by depth, so this is a prefix)."""
         if self.is_chain:
             return self.prefix(depth)
@@ -74,14 +76,18 @@ class Draft:
             raise ValueError("a tree draft must list its tokens by depth")
         return self.prefix(n)
 
-    def prefix(self, n: int) -> "Draft":
+    def prefix(self, n: int) -> Draft:
         """The first n tokens: a tree still, since parents come before their children."""
         if n >= len(self):
             return self
-        return Draft(self.tokens[:n], self.parents[:n], None if self.q is None else self.q[:n],
-                     None if self.confidence is None else self.confidence[:n])
+        return Draft(
+            self.tokens[:n],
+            self.parents[:n],
+            None if self.q is None else self.q[:n],
+            None if self.confidence is None else self.confidence[:n],
+        )
 
-    def main_chain(self) -> "Draft":
+    def main_chain(self) -> Draft:
         """The chain through every token's first child: the drafter's best guess in a tree."""
         if self.is_chain:
             return self
@@ -90,8 +96,11 @@ class Draft:
             if p == node:
                 path.append(i)
                 node = i
-        return Draft.chain([self.tokens[i] for i in path], None if self.q is None else self.q[path],
-                           None if self.confidence is None else [self.confidence[i] for i in path])
+        return Draft.chain(
+            [self.tokens[i] for i in path],
+            None if self.q is None else self.q[path],
+            None if self.confidence is None else [self.confidence[i] for i in path],
+        )
 
 
 EMPTY_DRAFT = Draft()
@@ -118,7 +127,7 @@ class ForwardOut:
     """Logits (float32, one row per token passed to forward) and optional hidden states."""
 
     logits: np.ndarray
-    hidden: Optional[np.ndarray] = None
+    hidden: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -130,8 +139,8 @@ class TokenEvent:
     tokens: tuple[int, ...]
     text: str
     from_draft: int
-    stats: "TurnStats" = field(repr=False)
-    finish_reason: Optional[str] = None
+    stats: TurnStats = field(repr=False)
+    finish_reason: str | None = None
     draft_chars: int = 0
 
 

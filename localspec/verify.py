@@ -9,9 +9,8 @@ A draft without q (n-gram, suffix) is a point mass: q(x) = 1, so x is accepted w
 the residual is p with x removed. Greedy decoding is temperature 0 of the same code: p is a point mass on
 the argmax, so a draft token is accepted iff it is the argmax, and the residual is the argmax.
 """
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import numpy as np
 
@@ -19,8 +18,13 @@ from localspec.sampling import SamplingParams, sample
 from localspec.types import Draft, Verdict
 
 
-def verify_draft(draft: Draft, target_logits: np.ndarray, sampler: SamplingParams,
-                 rng: np.random.Generator, rules: Optional[list] = None) -> Verdict:
+def verify_draft(
+    draft: Draft,
+    target_logits: np.ndarray,
+    sampler: SamplingParams,
+    rng: np.random.Generator,
+    rules: list | None = None,
+) -> Verdict:
     """``target_logits`` has len(draft) + 1 rows: row 0 is the target's prediction after the pending token,
     row i + 1 its prediction after draft token i (after the pending token and that token's ancestors).
 
@@ -62,7 +66,7 @@ def verify_draft(draft: Draft, target_logits: np.ndarray, sampler: SamplingParam
             return Verdict(len(draft), len(accepted), (*accepted, sample(p, rng, ids)), tuple(path))
 
 
-def _residual(ids: np.ndarray, p: np.ndarray, q: Optional[np.ndarray], x: int) -> np.ndarray:
+def _residual(ids: np.ndarray, p: np.ndarray, q: np.ndarray | None, x: int) -> np.ndarray:
     """norm(max(0, p - q)) after rejecting x (q None: a point mass on x, so p without x)."""
     r = np.where(ids == x, 0.0, p) if q is None else np.maximum(p - q, 0.0)
     total = r.sum()

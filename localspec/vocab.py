@@ -4,9 +4,10 @@ Checked before the first token: the tokenizer kind, the special tokens, and the 
 the shared id range. Vocabularies may differ in size only by padding (Qwen2.5's GGUFs list 151936 ids of
 which the last ~270 are unused); drafting is then restricted to the shared ids.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from localspec.backends.base import Backend
 from localspec.errors import ConfigError
@@ -17,8 +18,10 @@ def shared_vocab(target: Backend, draft: Backend, known_drafts: Sequence[str] = 
     problem, shared = _first_difference(target, draft)
     if problem:
         listed = ", ".join(known_drafts) if known_drafts else "none listed in models.toml"
-        raise ConfigError(f"the draft model {draft.model_name} cannot draft for {target.model_name}: {problem}. "
-                          f"A draft model must share the target's tokenizer; drafts known for it: {listed}")
+        raise ConfigError(
+            f"the draft model {draft.model_name} cannot draft for {target.model_name}: {problem}. "
+            f"A draft model must share the target's tokenizer; drafts known for it: {listed}"
+        )
     return shared
 
 
@@ -30,8 +33,10 @@ def _first_difference(target: Backend, draft: Backend) -> tuple[str, int]:
     bigger = target if target.vocab_size > draft.vocab_size else draft
     for token in range(shared, bigger.vocab_size):
         if not bigger.is_padding(token):
-            return (f"vocabulary sizes {draft.vocab_size} vs {target.vocab_size}, and id {token} of "
-                    f"{bigger.model_name} is a real token ({bigger.token_text(token)!r}), not padding"), 0
+            return (
+                f"vocabulary sizes {draft.vocab_size} vs {target.vocab_size}, and id {token} of "
+                f"{bigger.model_name} is a real token ({bigger.token_text(token)!r}), not padding"
+            ), 0
     for what in ("bos_token", "eos_token"):
         a, b = getattr(target, what), getattr(draft, what)
         if a != b:

@@ -18,6 +18,7 @@ import pytest  # noqa: E402
 def virtual_clock(monkeypatch):
     """time.perf_counter reads a VirtualClock for the test: only timed fakes move it."""
     from fakes import VirtualClock
+
     clock = VirtualClock()
     monkeypatch.setattr(time, "perf_counter", clock)
     return clock

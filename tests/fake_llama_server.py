@@ -7,6 +7,7 @@ to $FAKE_LLAMA_SERVER_LOG. $FAKE_LLAMA_SERVER_MODE makes the server of type $FAK
 type if unset) fail: `exit` at start, `error` (HTTP 500) or `die` (exits) on a request, `ignore-term`
 (survives SIGTERM).
 """
+
 import json
 import os
 import signal
@@ -74,14 +75,19 @@ def main(argv):
                 os._exit(3)
             prompt, n = request["prompt"], request["n_predict"]
             tokens = [(sum(prompt) + 3 * i) % 11 for i in range(n)]  # the same for every type: exact
-            timings = {"prompt_n": len(prompt), "prompt_ms": 0.5 * len(prompt),
-                       "prompt_per_second": 2000.0, "predicted_n": n,
-                       "predicted_ms": 1000.0 * (n - 1) / RATES[spec_type],
-                       "predicted_per_second": RATES[spec_type]}
+            timings = {
+                "prompt_n": len(prompt),
+                "prompt_ms": 0.5 * len(prompt),
+                "prompt_per_second": 2000.0,
+                "predicted_n": n,
+                "predicted_ms": 1000.0 * (n - 1) / RATES[spec_type],
+                "predicted_per_second": RATES[spec_type],
+            }
             if spec_type != "none":
                 timings.update(draft_n=2 * n, draft_n_accepted=n)
-            self.reply(200, {"content": "x" * n, "tokens": tokens if request.get("return_tokens") else [],
-                             "timings": timings})
+            self.reply(
+                200, {"content": "x" * n, "tokens": tokens if request.get("return_tokens") else [], "timings": timings}
+            )
 
     server = HTTPServer((option(argv, "--host"), int(option(argv, "--port"))), Handler)
     print(f"fake llama-server: listening on port {server.server_port}", flush=True)

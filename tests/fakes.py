@@ -1,7 +1,8 @@
 """Scripted stand-ins for a model and for drafters, so the engine can be tested without weights."""
+
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -20,8 +21,15 @@ class ScriptedBackend(Backend):
 
     name = "scripted"
 
-    def __init__(self, vocab_size: int = 12, order: int = 2, scale: float = 2.0, n_ctx: int = 4096,
-                 eog: Optional[int] = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        vocab_size: int = 12,
+        order: int = 2,
+        scale: float = 2.0,
+        n_ctx: int = 4096,
+        eog: int | None = None,
+        seed: int = 0,
+    ) -> None:
         super().__init__()
         self.vocab_size, self.order, self.scale, self.n_ctx, self.seed = vocab_size, order, scale, n_ctx, seed
         self.eog_tokens = frozenset() if eog is None else frozenset({eog})
@@ -30,7 +38,7 @@ class ScriptedBackend(Backend):
         self.model_name = "scripted"
 
     def logits_after(self, context: Sequence[int]) -> np.ndarray:
-        key = (self.seed, *context[-self.order:])
+        key = (self.seed, *context[-self.order :])
         return np.random.default_rng(abs(hash(key)) % 2**32).normal(size=self.vocab_size) * self.scale
 
     def tokenize(self, text: str, special: bool = False) -> list[int]:
@@ -43,7 +51,7 @@ class ScriptedBackend(Backend):
         return [t for m in messages for t in self.tokenize(m["content"])]
 
     def truncate(self, keep: int) -> None:
-        del self._tokens[max(0, keep):]
+        del self._tokens[max(0, keep) :]
 
     def prefill(self, tokens, progress=None) -> None:
         self.prefilled.append(len(tokens))
@@ -84,13 +92,12 @@ class OracleDrafter(Drafter):
 
     name = "oracle"
 
-    def __init__(self, reference: Sequence[int], prompt_len: int, vocab_size: int,
-                 right: Optional[int] = None) -> None:
+    def __init__(self, reference: Sequence[int], prompt_len: int, vocab_size: int, right: int | None = None) -> None:
         self.reference, self.prompt_len, self.vocab_size, self.right = list(reference), prompt_len, vocab_size, right
 
     def propose(self, context, max_tokens, hidden=None) -> Draft:
         done = len(context) - self.prompt_len
-        truth = self.reference[done:done + max_tokens]
+        truth = self.reference[done : done + max_tokens]
         n_right = len(truth) if self.right is None else min(self.right, len(truth))
         wrong = [(t + 1) % self.vocab_size for t in truth[n_right:]]
         return Draft.chain(truth[:n_right] + wrong)

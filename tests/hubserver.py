@@ -8,13 +8,13 @@
 Faults for the tests: `drop_once` cuts the first GET of a file after half its bytes (the client must resume
 with a Range request); `corrupt` serves other bytes of the right size under the right checksum.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Optional
 from urllib.parse import unquote, urlparse
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -25,8 +25,8 @@ class Hub:
         self.repos: dict[str, dict[str, bytes]] = {}
         self.drop_once: set[str] = set()
         self.corrupt: set[str] = set()
-        self.requests: list[tuple[str, str, Optional[str]]] = []  # (method, path, Range header)
-        self._server: Optional[ThreadingHTTPServer] = None
+        self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range header)
+        self._server: ThreadingHTTPServer | None = None
 
     def add(self, repo: str, filename: str, data: bytes) -> None:
         self.repos.setdefault(repo, {})[filename] = data
@@ -36,7 +36,7 @@ class Hub:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> "Hub":
+    def start(self) -> Hub:
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -55,15 +55,30 @@ class Hub:
                 repo = next((r for r in hub.repos if rest == r or rest.startswith(r + "/")), None)
                 if repo is None:
                     return self._json(404, {"error": "Repository not found"}, "RepoNotFound")
-                if rest[len(repo):].startswith("/tree/"):
-                    files = [{"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest(),
-                              "lfs": {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 130}}
-                             for name, data in hub.repos[repo].items()]
+                if rest[len(repo) :].startswith("/tree/"):
+                    files = [
+                        {
+                            "type": "file",
+                            "path": name,
+                            "size": len(data),
+                            "oid": hashlib.sha1(data).hexdigest(),
+                            "lfs": {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 130},
+                        }
+                        for name, data in hub.repos[repo].items()
+                    ]
                     return self._json(200, files)
-                return self._json(200, {"id": repo, "modelId": repo, "sha": COMMIT, "private": False,
-                                        "siblings": [{"rfilename": n} for n in hub.repos[repo]]})
+                return self._json(
+                    200,
+                    {
+                        "id": repo,
+                        "modelId": repo,
+                        "sha": COMMIT,
+                        "private": False,
+                        "siblings": [{"rfilename": n} for n in hub.repos[repo]],
+                    },
+                )
 
-            def _json(self, status: int, payload, error: Optional[str] = None) -> None:
+            def _json(self, status: int, payload, error: str | None = None) -> None:
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 if error:
@@ -77,7 +92,7 @@ class Hub:
                 path = unquote(urlparse(self.path).path)
                 hub.requests.append((self.command, path, self.headers.get("Range")))
                 if path.startswith("/api/models/"):
-                    return self._api(path[len("/api/models/"):])
+                    return self._api(path[len("/api/models/") :])
                 found = hub.lookup(path)
                 if isinstance(found, str):
                     self.send_response(404)
@@ -108,7 +123,7 @@ class Hub:
                 chunk = served[start:]
                 if key in hub.drop_once:
                     hub.drop_once.discard(key)
-                    self.wfile.write(chunk[:len(chunk) // 2])
+                    self.wfile.write(chunk[: len(chunk) // 2])
                     self.wfile.flush()
                     self.close_connection = True
                     self.connection.shutdown(2)  # the connection drops mid-file
@@ -125,7 +140,7 @@ class Hub:
         if "resolve" not in parts:
             return "RepoNotFound"
         i = parts.index("resolve")
-        repo, filename = "/".join(parts[:i]), "/".join(parts[i + 2:])
+        repo, filename = "/".join(parts[:i]), "/".join(parts[i + 2 :])
         if repo not in self.repos:
             return "RepoNotFound"
         if filename not in self.repos[repo]:

@@ -1,8 +1,9 @@
 """The speedup's baseline: this session's own plain steps near the current context length, shown only
 once there are enough of them, and never above what the tokens per step allow."""
-import pytest
 
+import pytest
 from fakes import OracleDrafter, ScriptedBackend, TimedBackend
+
 from localspec.baseline import EPS, MIN_STEPS, PlainBaseline, speedup
 from localspec.drafters.base import NoDrafter
 from localspec.engine import generate, stream_generate
@@ -20,7 +21,7 @@ def test_no_baseline_until_enough_plain_steps_near_this_context_length(virtual_c
     plain.record(115, 0.5)  # one stray slow step
     assert plain.at(110).steps == MIN_STEPS and plain.at(110).tok_s == pytest.approx(100.0)  # left out
     assert plain.at(200) is None  # steps at 100-115 say nothing about a context twice as long
-    for i in range(MIN_STEPS):
+    for _ in range(MIN_STEPS):
         plain.record(200, 0.02)
     assert plain.at(210).tok_s == pytest.approx(50.0) and plain.at(210).steps == MIN_STEPS
 

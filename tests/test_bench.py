@@ -1,9 +1,11 @@
 """`localspec bench`: workload files, method specs, the run on scripted models, and the command itself."""
+
 import json
 
 import pytest
-
 from fakes import ScriptedBackend
+from test_cli import assert_one_line_error, run_cli
+
 from localspec.bench import format_tables, load_cases, make_methods, run_bench, verify_bound
 from localspec.drafters import DrafterOptions
 from localspec.drafters.base import NoDrafter
@@ -11,7 +13,6 @@ from localspec.errors import ConfigError
 from localspec.sampling import SamplingParams
 from localspec.session import Session
 from localspec.speclen import AdaptiveK, FixedK
-from test_cli import assert_one_line_error, run_cli
 
 
 def test_builtin_workload_has_every_kind_and_pastes_sources():
@@ -30,8 +31,13 @@ def test_malformed_workload_names_the_line(tmp_path):
 
 def session(tmp_path):
     backend = ScriptedBackend(vocab_size=12, seed=0)
-    return Session(backend, NoDrafter(), SamplingParams(temperature=0), "scripted",
-                   drafter_options=DrafterOptions(suffix_cache_dir=str(tmp_path)))
+    return Session(
+        backend,
+        NoDrafter(),
+        SamplingParams(temperature=0),
+        "scripted",
+        drafter_options=DrafterOptions(suffix_cache_dir=str(tmp_path)),
+    )
 
 
 def test_methods_parse_fixed_k_and_always_include_plain(tmp_path):
@@ -47,9 +53,10 @@ def test_methods_parse_fixed_k_and_always_include_plain(tmp_path):
         make_methods("ngram@3@4", session(tmp_path), "auto")
 
 
-CASES = [{"id": f"c{i}", "kind": kind, "max_tokens": 60,
-          "messages": [{"role": "user", "content": "abcabcabcabc" * (i + 1)}]}
-         for i, kind in enumerate(["code-edit", "chat", "chat"])]
+CASES = [
+    {"id": f"c{i}", "kind": kind, "max_tokens": 60, "messages": [{"role": "user", "content": "abcabcabcabc" * (i + 1)}]}
+    for i, kind in enumerate(["code-edit", "chat", "chat"])
+]
 
 
 def test_run_is_exact_and_reports_per_kind(tmp_path):
@@ -75,6 +82,7 @@ def test_run_is_exact_and_reports_per_kind(tmp_path):
 def test_each_repeat_starts_cold_and_no_case_meets_its_own_answer(tmp_path, monkeypatch):
     """Spy on every suffix drafter: what its global tree holds when a case begins, by the case it came from."""
     from localspec.drafters.suffix import SuffixDrafter
+
     s = session(tmp_path)
     case_of = {tuple(s.backend.chat_tokens(c["messages"])): c["id"] for c in CASES}
     origin = {}  # answer id in a suffix store -> the case whose answer it is
@@ -104,11 +112,19 @@ def test_each_repeat_starts_cold_and_no_case_meets_its_own_answer(tmp_path, monk
 
 
 def test_verify_bound_is_the_best_window():
-    row = {"methods": {"none": {"speclen": {"mode": "fixed", "k": 1}},
-                       "ngram": {"speclen": {"verify_ms": {1: 10.0, 2: 11.0}}},
-                       "suffix": {"speclen": {"verify_ms": {"1": 10.0, "2": 12.0, "4": 20.0, "8": 60.0}}}}}
-    assert verify_bound(row) == {"speedup": 2.0, "window": 4, "from": "suffix",
-                                 "verify_ms": {1: 10.0, 2: 12.0, 4: 20.0, 8: 60.0}}
+    row = {
+        "methods": {
+            "none": {"speclen": {"mode": "fixed", "k": 1}},
+            "ngram": {"speclen": {"verify_ms": {1: 10.0, 2: 11.0}}},
+            "suffix": {"speclen": {"verify_ms": {"1": 10.0, "2": 12.0, "4": 20.0, "8": 60.0}}},
+        }
+    }
+    assert verify_bound(row) == {
+        "speedup": 2.0,
+        "window": 4,
+        "from": "suffix",
+        "verify_ms": {1: 10.0, 2: 12.0, 4: 20.0, 8: 60.0},
+    }
     del row["methods"]["suffix"]
     assert verify_bound(row)["from"] == "ngram"
     assert verify_bound({"methods": {"none": {"speclen": {}}}}) is None
@@ -117,8 +133,19 @@ def test_verify_bound_is_the_best_window():
 @pytest.mark.model
 def test_bench_command_writes_json(tmp_path):
     out = tmp_path / "bench.json"
-    result = run_cli("bench", "--drafters", "ngram,suffix@4", "--cases", "explain,revise", "--json", str(out),
-                     "--max-tokens", "32", "--threads", "1")  # 2 threads on 2 busy cores crawl (spin-waits)
+    result = run_cli(
+        "bench",
+        "--drafters",
+        "ngram,suffix@4",
+        "--cases",
+        "explain,revise",
+        "--json",
+        str(out),
+        "--max-tokens",
+        "32",
+        "--threads",
+        "1",
+    )  # 2 threads on 2 busy cores crawl (spin-waits)
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
     assert set(report["by_kind"]) == {"chat", "multi-turn"} and report["sampling"]["temperature"] == 0.0

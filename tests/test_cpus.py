@@ -44,16 +44,19 @@ def test_affinity_on_two_siblings_of_one_core_is_one_thread(tmp_path):
 
 
 def test_without_cpuinfo_topology_sysfs_siblings_name_the_core(tmp_path):
-    siblings = [(f"sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list", f"{cpu % 4},{cpu % 4 + 4}")
-                for cpu in range(8)]
+    siblings = [
+        (f"sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list", f"{cpu % 4},{cpu % 4 + 4}")
+        for cpu in range(8)
+    ]
     assert linux(range(8), make_root(tmp_path, [None] * 8, siblings)) == 4
 
 
 def test_intel_hybrid_leaves_out_the_e_cores(tmp_path):
     p_cores = [core for core in range(0, 32, 4) for _ in range(2)]  # 8 P-cores with HT: cpus 0-15
     e_cores = list(range(32, 40))  # 8 E-cores: cpus 16-23
-    root = make_root(tmp_path, p_cores + e_cores, [("sys/devices/cpu_core/cpus", "0-15\n"),
-                                                   ("sys/devices/cpu_atom/cpus", "16-23\n")])
+    root = make_root(
+        tmp_path, p_cores + e_cores, [("sys/devices/cpu_core/cpus", "0-15\n"), ("sys/devices/cpu_atom/cpus", "16-23\n")]
+    )
     assert linux(range(24), root) == 8
     assert linux(range(16, 24), root) == 8  # held to E-cores only: those are what there is
     assert linux({0, 1, 2, 16, 17}, root) == 2
@@ -65,8 +68,7 @@ def test_only_efficiency_cores_allowed_counts_their_physical_cores(tmp_path):
 
 
 def test_big_little_keeps_the_highest_capacity(tmp_path):
-    capacity = [(f"sys/devices/system/cpu/cpu{cpu}/cpu_capacity", f"{512 if cpu < 4 else 1024}\n")
-                for cpu in range(8)]
+    capacity = [(f"sys/devices/system/cpu/cpu{cpu}/cpu_capacity", f"{512 if cpu < 4 else 1024}\n") for cpu in range(8)]
     root = make_root(tmp_path, [None] * 8, capacity)
     assert linux(range(8), root) == 4
     assert linux(range(4), root) == 4  # only LITTLE cores allowed: all of them
@@ -102,6 +104,7 @@ def test_macos_asks_sysctl_for_performance_cores(monkeypatch):
 def test_macos_without_sysctl_falls_back_to_the_cpu_count(monkeypatch):
     def missing(name):
         raise FileNotFoundError("sysctl")
+
     monkeypatch.setattr(cpus, "_sysctl", missing)
     assert default_threads(range(6), platform="darwin") == 6
 

@@ -1,5 +1,6 @@
 """The torch backend's CUDA paths (bf16 by default, SDPA on the GPU, tree attention, EAGLE drafting).
 Skipped, with the reason, on machines without a CUDA GPU."""
+
 import numpy as np
 import pytest
 
@@ -9,9 +10,11 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA G
 
 def cuda_backend(dtype=None):
     from fakes import ScriptedBackend
-    from localspec.backends.torch_backend import TorchBackend
     from test_eagle import DEEP
+
+    from localspec.backends.torch_backend import TorchBackend
     from localspec.backends.torch_decoder import Decoder
+
     torch.manual_seed(0)
     model = Decoder(DEEP)
     with torch.no_grad():
@@ -35,21 +38,30 @@ def test_cuda_tree_rows_equal_branches_run_alone():
 def test_cuda_eagle_greedy_equals_plain_and_runs_in_bf16(tmp_path, tree):
     """Exactness in fp32 (bf16 kernels for 1 and for k rows may round differently, which can flip a
     near-tie: that is the arithmetic's, not speculation's); bf16 (the CUDA default) must run and draft."""
+    from test_eagle import PROMPT, write_eagle3_head
+    from test_torch_backend import GREEDY
+
     from localspec.backends.torch_backend import TorchBackend
     from localspec.drafters.base import NoDrafter
     from localspec.drafters.eagle import EagleDrafter
     from localspec.engine import generate
-    from test_eagle import PROMPT, write_eagle3_head
-    from test_torch_backend import GREEDY
+
     backend = cuda_backend(torch.float32)
     write_eagle3_head(tmp_path / "head", backend)
     plain = generate(backend, NoDrafter(), PROMPT, GREEDY, max_tokens=60).tokens
     backend.truncate(0)
-    out = generate(backend, EagleDrafter(backend, tmp_path / "head", tree_nodes=tree), PROMPT, GREEDY,
-                   max_tokens=60, draft_tokens=4)
+    out = generate(
+        backend,
+        EagleDrafter(backend, tmp_path / "head", tree_nodes=tree),
+        PROMPT,
+        GREEDY,
+        max_tokens=60,
+        draft_tokens=4,
+    )
     assert out.tokens == plain and out.stats.drafted > 0
     half = cuda_backend()
     assert half.dtype == torch.bfloat16 and isinstance(half, TorchBackend)
-    out = generate(half, EagleDrafter(half, tmp_path / "head", tree_nodes=tree), PROMPT, GREEDY,
-                   max_tokens=60, draft_tokens=4)
+    out = generate(
+        half, EagleDrafter(half, tmp_path / "head", tree_nodes=tree), PROMPT, GREEDY, max_tokens=60, draft_tokens=4
+    )
     assert len(out.tokens) == 60 and out.stats.drafted > 0

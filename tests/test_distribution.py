@@ -4,13 +4,14 @@ The scripted backend has known distributions, so the exact probability of every 
 computed from the same sampler and compared with what the engine emits with drafts of 2 tokens (so
 acceptance, rejection at either position, residual sampling and the bonus token all occur).
 """
+
 import itertools
 
 import numpy as np
 import pytest
+from fakes import DistributionDrafter, ScriptedBackend, ScriptedTreeBackend, TreeDrafter
 from scipy.stats import chisquare
 
-from fakes import DistributionDrafter, ScriptedBackend, ScriptedTreeBackend, TreeDrafter
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
@@ -111,6 +112,7 @@ def test_the_chi_square_check_catches_a_biased_sampler():
 def test_the_chi_square_check_catches_siblings_tried_against_the_full_p(monkeypatch):
     """Without removing a rejected sibling from p, later siblings and the final draw are biased."""
     import localspec.verify as verify
+
     monkeypatch.setattr(verify, "_residual", lambda ids, p, q, x: p)
     backend = ScriptedTreeBackend(vocab_size=V, scale=1.5, seed=3)
     drafter = lambda: TreeDrafter(ScriptedBackend(vocab_size=V, scale=1.5, seed=4), shape=(3, 2))  # noqa: E731

@@ -1,9 +1,10 @@
 """The draft-model drafter on scripted models: exact greedy output, its own cache kept in step with the
 target's context without re-prefilling, and the rejection rule against exact matching."""
+
 import numpy as np
 import pytest
-
 from fakes import ScriptedBackend, TimedBackend
+
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.engine import generate
@@ -52,8 +53,7 @@ def test_rejection_sampling_accepts_more_than_exact_matching():
     target = ScriptedBackend(vocab_size=V, seed=0, scale=1.0)
     drafter, _ = drafter_for(9, scale=1.0)
     sampling = SamplingParams(temperature=0.7, top_k=0, top_p=1.0, min_p=0.0)
-    out = generate(target, drafter, [1, 2, 3], sampling, max_tokens=300, draft_tokens=3,
-                   rng=np.random.default_rng(0))
+    out = generate(target, drafter, [1, 2, 3], sampling, max_tokens=300, draft_tokens=3, rng=np.random.default_rng(0))
     rules = out.stats.rule_comparison()
     assert rules["positions"] > 100
     assert rules["rejection_sampling"] > rules["exact_match"] + 0.05
@@ -65,8 +65,7 @@ def test_padding_ids_of_a_bigger_vocabulary_are_never_drafted():
     target = ScriptedBackend(vocab_size=V, seed=0)
     drafter, _ = drafter_for(9, target_vocab=V, draft_vocab=V + 8)  # the draft pads 8 more ids
     sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
-    out = generate(target, drafter, [1, 2, 3], sampling, max_tokens=200, draft_tokens=4,
-                   rng=np.random.default_rng(1))
+    out = generate(target, drafter, [1, 2, 3], sampling, max_tokens=200, draft_tokens=4, rng=np.random.default_rng(1))
     assert max(out.tokens) < V and out.stats.drafted > 0
 
 
@@ -75,10 +74,11 @@ def machine(step_s, shape):
     points = sorted(shape.items())
 
     def window(n):
-        for (a, ca), (b, cb) in zip(points, points[1:]):
+        for (a, ca), (b, cb) in zip(points, points[1:], strict=False):
             if n <= b:
                 return step_s * (ca + (cb - ca) * (n - a) / (b - a))
         return step_s * points[-1][1]
+
     return window
 
 
@@ -87,8 +87,9 @@ CPU_SHAPE = {1: 1.0, 2: 1.6, 3: 2.1, 5: 2.5, 9: 5.5, 17: 6.8, 65: 20.0}
 GPU_SHAPE = {1: 1.0, 65: 1.64}
 
 
-def timed_turn(clock, target_step, draft_step, draft_prefill, shape, draft_seed, drafter_name="draft",
-               known_costs=True):
+def timed_turn(
+    clock, target_step, draft_step, draft_prefill, shape, draft_seed, drafter_name="draft", known_costs=True
+):
     """One 300-token answer to a 200-token prompt on a simulated machine: (completion, seconds of prefill
     and decode, the draft model). known_costs: the controller starts from the machine's verify-cost curve,
     as a session does that loads what earlier ones measured."""

@@ -1,6 +1,7 @@
 """EAGLE on tiny random torch models: tree attention and verification in the backend, EAGLE-3 checkpoints
 (fused features, draft vocabulary with d2t), chain and tree drafting exact under greedy decoding and in
 distribution under sampling, and `train-eagle` learning a head that loads and drafts."""
+
 import json
 
 import numpy as np
@@ -11,6 +12,7 @@ torch = pytest.importorskip("torch")
 from fakes import ScriptedBackend  # noqa: E402
 from test_distribution import chi_square_p  # noqa: E402
 from test_torch_backend import GREEDY, V, assert_close, tiny, write_eagle_head  # noqa: E402
+
 from localspec.backends.torch_backend import TorchBackend  # noqa: E402
 from localspec.backends.torch_decoder import Decoder, DecoderConfig  # noqa: E402
 from localspec.drafters.base import NoDrafter  # noqa: E402
@@ -41,21 +43,34 @@ def write_eagle3_head(folder, target, draft_vocab=16, layer_ids=None, seed=2):
     kept = torch.sort(torch.randperm(cfg.vocab_size)[:draft_vocab]).values  # target ids in the draft vocabulary
     t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
     t2d[kept] = True
-    state = {"fc.weight": torch.randn(h, 3 * h) * 0.3,
-             "midlayer.hidden_norm.weight": torch.ones(h), "midlayer.input_layernorm.weight": torch.ones(h),
-             "midlayer.post_attention_layernorm.weight": torch.ones(h),
-             "midlayer.self_attn.q_proj.weight": torch.randn(cfg.n_heads * hd, 2 * h) * 0.3,
-             "midlayer.self_attn.k_proj.weight": torch.randn(cfg.n_kv_heads * hd, 2 * h) * 0.3,
-             "midlayer.self_attn.v_proj.weight": torch.randn(cfg.n_kv_heads * hd, 2 * h) * 0.3,
-             "midlayer.self_attn.o_proj.weight": torch.randn(h, cfg.n_heads * hd) * 0.3,
-             "midlayer.mlp.gate_proj.weight": torch.randn(inter, h) * 0.3,
-             "midlayer.mlp.up_proj.weight": torch.randn(inter, h) * 0.3,
-             "midlayer.mlp.down_proj.weight": torch.randn(h, inter) * 0.3,
-             "norm.weight": torch.ones(h), "lm_head.weight": torch.randn(draft_vocab, h) * 0.5,
-             "d2t": kept - torch.arange(draft_vocab), "t2d": t2d}
-    config = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": h, "intermediate_size": inter,
-              "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.n_kv_heads, "num_hidden_layers": 1,
-              "rms_norm_eps": cfg.rms_eps, "vocab_size": cfg.vocab_size, "draft_vocab_size": draft_vocab}
+    state = {
+        "fc.weight": torch.randn(h, 3 * h) * 0.3,
+        "midlayer.hidden_norm.weight": torch.ones(h),
+        "midlayer.input_layernorm.weight": torch.ones(h),
+        "midlayer.post_attention_layernorm.weight": torch.ones(h),
+        "midlayer.self_attn.q_proj.weight": torch.randn(cfg.n_heads * hd, 2 * h) * 0.3,
+        "midlayer.self_attn.k_proj.weight": torch.randn(cfg.n_kv_heads * hd, 2 * h) * 0.3,
+        "midlayer.self_attn.v_proj.weight": torch.randn(cfg.n_kv_heads * hd, 2 * h) * 0.3,
+        "midlayer.self_attn.o_proj.weight": torch.randn(h, cfg.n_heads * hd) * 0.3,
+        "midlayer.mlp.gate_proj.weight": torch.randn(inter, h) * 0.3,
+        "midlayer.mlp.up_proj.weight": torch.randn(inter, h) * 0.3,
+        "midlayer.mlp.down_proj.weight": torch.randn(h, inter) * 0.3,
+        "norm.weight": torch.ones(h),
+        "lm_head.weight": torch.randn(draft_vocab, h) * 0.5,
+        "d2t": kept - torch.arange(draft_vocab),
+        "t2d": t2d,
+    }
+    config = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": h,
+        "intermediate_size": inter,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads,
+        "num_hidden_layers": 1,
+        "rms_norm_eps": cfg.rms_eps,
+        "vocab_size": cfg.vocab_size,
+        "draft_vocab_size": draft_vocab,
+    }
     if layer_ids is not None:
         config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(layer_ids)}
     folder.mkdir(exist_ok=True)
@@ -101,8 +116,15 @@ def test_eagle3_head_reads_three_layers_and_drafts_only_its_vocabulary(tmp_path)
     backend.truncate(0)
     out = generate(backend, drafter, PROMPT, GREEDY, max_tokens=50, draft_tokens=3)
     assert out.tokens == plain and out.stats.drafted > 20
-    sampled = generate(backend, drafter, PROMPT, SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
-                       max_tokens=30, draft_tokens=3, rng=np.random.default_rng(0))
+    sampled = generate(
+        backend,
+        drafter,
+        PROMPT,
+        SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
+        max_tokens=30,
+        draft_tokens=3,
+        rng=np.random.default_rng(0),
+    )
     assert sampled.stats.rule_comparison()["positions"] > 0
     head_logits = drafter.head.logits(drafter._last)
     outside = [t for t in range(V) if t not in kept]
@@ -148,7 +170,9 @@ def test_tree_drafting_is_exact_under_greedy_and_accepts_more_per_step_than_a_ch
 
 def test_tree_drafts_need_tree_attention():
     from fakes import ScriptedBackend as Plain
+
     from localspec.engine import check_capabilities
+
     drafter = NoDrafter()
     drafter.tree_nodes = 8
     with pytest.raises(ConfigError, match="tree attention"):
@@ -162,6 +186,7 @@ N, SAMPLES = 3, 3000
 
 def exact(backend, sampling):
     import itertools
+
     dist, memo = {}, {}
 
     def probs(ctx):
@@ -169,6 +194,7 @@ def exact(backend, sampling):
             backend.truncate(0)
             memo[ctx] = sampling.probs(backend.forward(list(ctx)).logits[-1:])[0]
         return memo[ctx]
+
     for seq in itertools.product(range(6), repeat=N):
         p, ctx = 1.0, tuple(PROMPT[:4])
         for t in seq:
@@ -179,11 +205,15 @@ def exact(backend, sampling):
     return dist
 
 
-@pytest.mark.parametrize("version,tree,sampling", [
-    (1, 0, SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)),
-    (3, 0, SamplingParams(temperature=0.8, top_k=0, top_p=0.9, min_p=0.0)),
-    (3, 6, SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)),
-], ids=["eagle1-chain-T1", "eagle3-chain-T0.8-p0.9", "eagle3-tree-T1-k3"])
+@pytest.mark.parametrize(
+    "version,tree,sampling",
+    [
+        (1, 0, SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)),
+        (3, 0, SamplingParams(temperature=0.8, top_k=0, top_p=0.9, min_p=0.0)),
+        (3, 6, SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)),
+    ],
+    ids=["eagle1-chain-T1", "eagle3-chain-T0.8-p0.9", "eagle3-tree-T1-k3"],
+)
 def test_eagle_sampling_matches_the_targets_distribution(tmp_path, version, tree, sampling):
     backend = backend_for(SMALL, seed=1, vocab=6, scale=1.5)
     if version == 1:
@@ -203,6 +233,7 @@ def test_eagle_sampling_matches_the_targets_distribution(tmp_path, version, tree
 # -- train-eagle -----------------------------------------------------------------------------------------
 def test_train_eagle_learns_a_head_that_loads_and_drafts(tmp_path):
     from localspec.eagle_train import TrainConfig, train_eagle
+
     backend = tiny("llama-gqa")
     rng = np.random.default_rng(0)
     letters = "abcdefghijklmnopqrstuvwx"
@@ -210,8 +241,13 @@ def test_train_eagle_learns_a_head_that_loads_and_drafts(tmp_path):
     docs = [" ".join(rng.choice(words, size=60)).replace(" ", "") for _ in range(40)]
     (tmp_path / "corpus.txt").write_text("\n\n".join(docs))
     lines = []
-    report = train_eagle(backend, tmp_path / "corpus.txt", tmp_path / "head",
-                         TrainConfig(minutes=0.5, epochs=20, seq_len=128, lr=3e-3, holdout=0.1), log=lines.append)
+    report = train_eagle(
+        backend,
+        tmp_path / "corpus.txt",
+        tmp_path / "head",
+        TrainConfig(minutes=0.5, epochs=20, seq_len=128, lr=3e-3, holdout=0.1),
+        log=lines.append,
+    )
     assert report["val_top1"] > 2 * report["start_val_top1"] + 0.05, report  # ~0.07 untrained, ~0.25 trained
     assert any("held-out" in line for line in lines)
     for name in ("config.json", "model.safetensors", "train_report.json"):
@@ -226,6 +262,7 @@ def test_train_eagle_learns_a_head_that_loads_and_drafts(tmp_path):
 
 def test_train_eagle_rejects_bad_corpora(tmp_path):
     from localspec.eagle_train import TrainConfig, train_eagle
+
     backend = tiny("llama-gqa")
     with pytest.raises(ConfigError, match="no such corpus"):
         train_eagle(backend, tmp_path / "missing.jsonl", tmp_path / "out", TrainConfig())

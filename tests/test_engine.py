@@ -1,8 +1,9 @@
 """The generate loop with scripted fakes: exactness, cache invariant, stopping, overflow."""
+
 import numpy as np
 import pytest
-
 from fakes import OracleDrafter, RandomDrafter, ScriptedBackend
+
 from localspec.drafters.base import Drafter, NoDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine import generate, stream_generate
@@ -11,8 +12,16 @@ from localspec.sampling import SamplingParams
 from localspec.types import Draft
 
 GREEDY = SamplingParams(temperature=0)
-PROMPTS = [[1, 2, 3], [4, 4, 4, 4], [0], [5, 6, 7, 8, 9, 10, 11, 5, 6], [3, 1, 4, 1, 5, 9, 2, 6],
-           [7, 7, 1, 7, 7], [2, 9], [11, 10, 9, 8, 7, 6, 5, 4, 3]]
+PROMPTS = [
+    [1, 2, 3],
+    [4, 4, 4, 4],
+    [0],
+    [5, 6, 7, 8, 9, 10, 11, 5, 6],
+    [3, 1, 4, 1, 5, 9, 2, 6],
+    [7, 7, 1, 7, 7],
+    [2, 9],
+    [11, 10, 9, 8, 7, 6, 5, 4, 3],
+]
 
 
 def plain(backend, prompt, n=40):
@@ -24,8 +33,11 @@ def test_greedy_output_is_unchanged_by_any_drafter(prompt):
     backend = ScriptedBackend()
     reference = plain(backend, prompt)
     k = 4
-    drafters = [NgramDrafter(1, 3), RandomDrafter(backend.vocab_size, seed=len(prompt)),
-                OracleDrafter(reference, len(prompt), backend.vocab_size)]
+    drafters = [
+        NgramDrafter(1, 3),
+        RandomDrafter(backend.vocab_size, seed=len(prompt)),
+        OracleDrafter(reference, len(prompt), backend.vocab_size),
+    ]
     drafters += [OracleDrafter(reference, len(prompt), backend.vocab_size, right=j) for j in range(k + 1)]
     for drafter in drafters:
         backend.truncate(0)
@@ -39,8 +51,14 @@ def test_scripted_drafter_acceptance_is_exactly_what_it_gets_right():
     reference = plain(backend, prompt, n=41)
     for j in range(5):
         backend.truncate(0)
-        out = generate(backend, OracleDrafter(reference, 3, backend.vocab_size, right=j), prompt, GREEDY,
-                       max_tokens=41, draft_tokens=4)
+        out = generate(
+            backend,
+            OracleDrafter(reference, 3, backend.vocab_size, right=j),
+            prompt,
+            GREEDY,
+            max_tokens=41,
+            draft_tokens=4,
+        )
         rates = out.stats.acceptance_by_position()
         assert out.tokens == reference
         assert rates[:j] == [1.0] * j and all(r == 0 for r in rates[j:])
@@ -52,8 +70,9 @@ def test_perfect_drafter_needs_fewer_forward_passes():
     reference = plain(backend, [1, 2], n=40)
     backend.truncate(0)
     backend.forward_calls.clear()
-    out = generate(backend, OracleDrafter(reference, 2, backend.vocab_size), [1, 2], GREEDY,
-                   max_tokens=40, draft_tokens=7)
+    out = generate(
+        backend, OracleDrafter(reference, 2, backend.vocab_size), [1, 2], GREEDY, max_tokens=40, draft_tokens=7
+    )
     assert out.tokens == reference
     assert out.stats.steps == 5 and max(backend.forward_calls) == 8
     assert out.stats.acceptance_rate == 1.0
@@ -99,11 +118,11 @@ def test_interrupt_mid_turn_leaves_a_usable_cache():
     with pytest.raises(KeyboardInterrupt):
         for event in stream_generate(backend, ExplodingDrafter(after=3), prompt, GREEDY, max_tokens=30):
             emitted.extend(event.tokens)
-    assert emitted == reference[:len(emitted)] and emitted
+    assert emitted == reference[: len(emitted)] and emitted
     assert backend.cached_tokens == tuple(prompt + emitted)[:-1]
     # the next turn continues from the cache and still gives the plain output
     rest = generate(backend, NoDrafter(), prompt + emitted, GREEDY, max_tokens=30 - len(emitted))
-    assert list(rest.tokens) == reference[len(emitted):]
+    assert list(rest.tokens) == reference[len(emitted) :]
 
 
 def test_closing_the_stream_early_rolls_back_rejected_tokens():
@@ -119,8 +138,14 @@ def test_stops_on_end_of_generation_token():
     for prompt in PROMPTS:
         prompt = [t % 5 for t in prompt]
         backend.truncate(0)
-        out = generate(backend, NgramDrafter(1, 2), prompt, SamplingParams(temperature=1.0), max_tokens=200,
-                       rng=np.random.default_rng(0))
+        out = generate(
+            backend,
+            NgramDrafter(1, 2),
+            prompt,
+            SamplingParams(temperature=1.0),
+            max_tokens=200,
+            rng=np.random.default_rng(0),
+        )
         if out.finish_reason == "stop":
             assert out.tokens[-1] == 5 and 5 not in out.tokens[:-1]
             assert "\x00" not in out.text and len(out.text) == len(out.tokens) - 1
@@ -170,6 +195,14 @@ def test_seeded_sampling_is_reproducible():
     runs = []
     for _ in range(2):
         backend = ScriptedBackend()
-        runs.append(generate(backend, NgramDrafter(1, 3), [1, 2, 3], SamplingParams(temperature=1.0),
-                             max_tokens=40, rng=np.random.default_rng(7)).tokens)
+        runs.append(
+            generate(
+                backend,
+                NgramDrafter(1, 3),
+                [1, 2, 3],
+                SamplingParams(temperature=1.0),
+                max_tokens=40,
+                rng=np.random.default_rng(7),
+            ).tokens
+        )
     assert runs[0] == runs[1]

@@ -1,17 +1,18 @@
 """The exact guard: at temperature 0, a window row whose top two logits are closer than the margin decides
 nothing, so batched rounding that flips near-ties cannot change greedy output."""
+
 from dataclasses import replace
 
 import numpy as np
 import pytest
-
 from fakes import OracleDrafter, ScriptedBackend
+
 from localspec.calibrate import MarginCache, margin_for, measure
 from localspec.drafters.base import NoDrafter
 from localspec.engine import generate
 from localspec.exact_guard import DEFAULT_MARGIN, exact_mode, guard, top_gaps
 from localspec.sampling import SamplingParams
-from localspec.types import Draft, Verdict
+from localspec.types import Verdict
 
 GREEDY = SamplingParams(temperature=0)
 EPS = 0.3  # how far batched rounding moves a logit in the fake
@@ -35,8 +36,15 @@ def greedy_runs(margin, prompts=8):
     for p in range(prompts):
         prompt = [p, (p * 5) % 12, 3]
         plain = generate(BatchedRounding(seed=p), NoDrafter(), prompt, GREEDY, max_tokens=150).tokens
-        out = generate(BatchedRounding(seed=p), OracleDrafter(plain, len(prompt), 12), prompt, GREEDY,
-                       max_tokens=150, draft_tokens=6, exact_guard=margin)
+        out = generate(
+            BatchedRounding(seed=p),
+            OracleDrafter(plain, len(prompt), 12),
+            prompt,
+            GREEDY,
+            max_tokens=150,
+            draft_tokens=6,
+            exact_guard=margin,
+        )
         same += out.tokens == plain
         guard_stats = out.stats.to_dict()["exact_guard"]
         fired += guard_stats["fired"] if guard_stats else 0
@@ -91,6 +99,7 @@ def test_a_cached_margin_is_keyed_by_model_backend_and_build(tmp_path, monkeypat
 def test_a_batch_invariant_backend_needs_no_margin_and_only_greedy_turns_get_its_kernels():
     class Invariant(ScriptedBackend):
         capabilities = replace(ScriptedBackend.capabilities, batch_invariant=True)
+
     sampled = SamplingParams(temperature=0.8)
     assert exact_mode(Invariant(), GREEDY, 0.5) == (True, None)
     assert exact_mode(Invariant(), sampled, 0.5) == (False, None)

@@ -1,23 +1,29 @@
 """`localspec pull | list | rm` against a stand-in for the Hugging Face Hub on 127.0.0.1 (tests/hubserver.py):
 no test touches the real internet. The CLI runs in subprocesses with HF_ENDPOINT pointing at the stand-in
 and HF_HOME in a temporary folder."""
+
 import json
 import shutil
 import struct
 
 import pytest
-
 from hubserver import Hub
 from test_cli import assert_one_line_error, run_cli
 
 
 def gguf_bytes(name="tiny", arch="llama", padding=300_000) -> bytes:
     """A small valid GGUF v3 file: metadata only, then filler so downloads take more than one read."""
+
     def s(text):
         data = text.encode()
         return struct.pack("<Q", len(data)) + data
-    kvs = [("general.architecture", arch), ("general.name", name), ("tokenizer.ggml.model", "gpt2"),
-           ("tokenizer.ggml.pre", "tiny")]
+
+    kvs = [
+        ("general.architecture", arch),
+        ("general.name", name),
+        ("tokenizer.ggml.model", "gpt2"),
+        ("tokenizer.ggml.pre", "tiny"),
+    ]
     body = b"".join(s(k) + struct.pack("<I", 8) + s(v) for k, v in kvs)
     body += s(f"{arch}.context_length") + struct.pack("<I", 4) + struct.pack("<I", 2048)
     body += s("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 3) + s("a") + s("b") + s("c")
@@ -76,8 +82,13 @@ def hub(tmp_path):
     server.add("test/big-GGUF", "big.gguf", gguf_bytes("big", padding=24 << 20))
     server.start()
     (tmp_path / "models.toml").write_text(MODELS_TOML)
-    server.env = {"HF_ENDPOINT": server.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1",
-                  "LOCALSPEC_MODELS": str(tmp_path / "models.toml"), "LOCALSPEC_DATA": str(tmp_path / "data")}
+    server.env = {
+        "HF_ENDPOINT": server.url,
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "LOCALSPEC_MODELS": str(tmp_path / "models.toml"),
+        "LOCALSPEC_DATA": str(tmp_path / "data"),
+    }
     yield server
     server.stop()
 
@@ -85,8 +96,9 @@ def hub(tmp_path):
 def assert_fails_with(result, *needles):
     """A failed pull: progress lines may come first, then exactly one error line that says it all."""
     assert result.returncode != 0 and "Traceback" not in result.stderr
-    errors = [line[line.index("localspec: error:"):] for line in result.stderr.splitlines()
-              if "localspec: error:" in line]  # a progress bar may end without a new line
+    errors = [
+        line[line.index("localspec: error:") :] for line in result.stderr.splitlines() if "localspec: error:" in line
+    ]  # a progress bar may end without a new line
     assert len(errors) == 1, result.stderr
     for needle in needles:
         assert needle in errors[0], errors[0]
@@ -124,7 +136,9 @@ def test_quant_and_no_drafts(hub):
     result = run_cli("pull", "tiny", "--quant", "Q8", "--no-drafts", env=hub.env)
     assert result.returncode == 0, result.stderr
     rows = listing(hub)
-    assert [d["backend"] for d in rows["tiny"]["downloaded"]] == ["llama.cpp Q8"] and not rows["tiny-draft"]["downloaded"]
+    assert [d["backend"] for d in rows["tiny"]["downloaded"]] == ["llama.cpp Q8"] and not rows["tiny-draft"][
+        "downloaded"
+    ]
     assert_fails_with(run_cli("pull", "tiny", "--quant", "Q2", env=hub.env), "no GGUF quantization 'Q2'", "Q4, Q8")
 
 
@@ -140,8 +154,7 @@ def test_dropped_connection_is_resumed(hub):
 
 def test_checksum_mismatch_is_detected_and_the_file_not_kept(hub, tmp_path):
     hub.corrupt.add("test/tiny-GGUF/tiny-q4.gguf")
-    assert_fails_with(run_cli("pull", "tiny", "--no-drafts", env=hub.env), "arrived damaged", "sha256",
-                          "removed")
+    assert_fails_with(run_cli("pull", "tiny", "--no-drafts", env=hub.env), "arrived damaged", "sha256", "removed")
     assert not listing(hub)["tiny"]["downloaded"]
     assert not [b for b in blobs(tmp_path) if b.stat().st_size > 100_000]
 
@@ -194,8 +207,9 @@ def test_torch_backend_pulls_the_safetensors_repo_and_the_eagle_head(hub, tmp_pa
     assert_fails_with(run_cli("pull", "tiny-draft", "--backend", "mlx", env=hub.env), "no mlx source")
     hub.corrupt.add("test/tiny-eagle/pytorch_model.bin")
     shutil.rmtree(tmp_path / "hf" / "hub" / "models--test--tiny-eagle")  # the next pull fetches it again, damaged
-    assert_fails_with(run_cli("pull", "tiny", "--backend", "torch", env=hub.env), "pytorch_model.bin",
-                      "arrived damaged")
+    assert_fails_with(
+        run_cli("pull", "tiny", "--backend", "torch", env=hub.env), "pytorch_model.bin", "arrived damaged"
+    )
 
 
 def test_unreachable_hub_is_the_offline_message(hub):

@@ -1,13 +1,14 @@
 """Batch-invariant kernels on K-quant weights (a tiny random Q4_K llama written in the test): the matmul
 paths SmolLM2's Q4_1 never takes — llama.cpp's repacked gemm from 4 tokens, its tiled matmul from 8."""
+
 import platform
 
 import numpy as np
 import pytest
+from tiny_gguf import write_tiny_llama
 
 from localspec.backends.llama_cpp import LlamaCppBackend
 from localspec.calibrate import window_differences
-from tiny_gguf import write_tiny_llama
 
 pytestmark = pytest.mark.model
 X86 = platform.machine().lower() in ("x86_64", "amd64")

@@ -1,8 +1,9 @@
 """Integration tests on the real SmolLM2-135M GGUF through llama.cpp."""
+
 import numpy as np
 import pytest
-
 from fakes import OracleDrafter, RandomDrafter
+
 from localspec.backends.llama_cpp import LlamaCppBackend, avoid_amx_buffers
 from localspec.calibrate import window_differences
 from localspec.chat import Conversation
@@ -55,12 +56,20 @@ def greedy_run(backend, prompt, drafter, draft_tokens=K, exact=True, max_tokens=
     """exact: the exact guard on (the default), which is batch-invariant kernels on a CPU llama.cpp."""
     if fresh:
         backend.truncate(0)
-    return generate(backend, drafter, prompt, GREEDY, max_tokens=max_tokens, draft_tokens=draft_tokens,
-                    exact_guard=DEFAULT_MARGIN["llama.cpp"] if exact else None).tokens
+    return generate(
+        backend,
+        drafter,
+        prompt,
+        GREEDY,
+        max_tokens=max_tokens,
+        draft_tokens=draft_tokens,
+        exact_guard=DEFAULT_MARGIN["llama.cpp"] if exact else None,
+    ).tokens
 
 
 def first_difference(reference, got) -> int:
-    return next((i for i, (a, b) in enumerate(zip(reference, got)) if a != b), min(len(reference), len(got)))
+    pairs = enumerate(zip(reference, got, strict=False))
+    return next((i for i, (a, b) in pairs if a != b), min(len(reference), len(got)))
 
 
 @pytest.mark.parametrize("text", PROMPTS)
@@ -69,11 +78,15 @@ def test_speculative_greedy_equals_plain_greedy(backend, draft_backend, text):
     prompt = prompt_tokens(backend, text)
     reference = greedy_run(backend, prompt, NoDrafter())
     assert len(reference) > 5
-    drafters = [("ngram", NgramDrafter(1, 3)), ("random", RandomDrafter(backend.vocab_size, seed=1)),
-                ("suffix", SuffixDrafter(SuffixParams(max_spec_factor=2.0, min_token_prob=0.0), None)),
-                ("draft", DraftModelDrafter(draft_backend, backend.vocab_size, backend.vocab_size))]
-    drafters += [(f"right-{j}", OracleDrafter(reference, len(prompt), backend.vocab_size, right=j))
-                 for j in range(K + 1)]
+    drafters = [
+        ("ngram", NgramDrafter(1, 3)),
+        ("random", RandomDrafter(backend.vocab_size, seed=1)),
+        ("suffix", SuffixDrafter(SuffixParams(max_spec_factor=2.0, min_token_prob=0.0), None)),
+        ("draft", DraftModelDrafter(draft_backend, backend.vocab_size, backend.vocab_size)),
+    ]
+    drafters += [
+        (f"right-{j}", OracleDrafter(reference, len(prompt), backend.vocab_size, right=j)) for j in range(K + 1)
+    ]
     for label, drafter in drafters:
         got = greedy_run(backend, prompt, drafter)
         assert got == reference, f"{label}: differs from plain at token {first_difference(reference, got)}"
@@ -109,16 +122,20 @@ def test_greedy_output_is_plain_decodings_over_long_contexts_and_turns(backend, 
     conv.add("user", "Now write f40 and f41 the same way.")
     second_prompt = conv.prompt_tokens(backend, reserve=64)
     plain_second = greedy_run(backend, second_prompt, NoDrafter(), draft_tokens=1, max_tokens=64, fresh=False)
-    for label, make in (("ngram", lambda: NgramDrafter(1, 3)),
-                        ("suffix", lambda: SuffixDrafter(SuffixParams(min_token_prob=0.0), None)),
-                        ("draft", lambda: DraftModelDrafter(draft_backend, backend.vocab_size, backend.vocab_size))):
+    for label, make in (
+        ("ngram", lambda: NgramDrafter(1, 3)),
+        ("suffix", lambda: SuffixDrafter(SuffixParams(min_token_prob=0.0), None)),
+        ("draft", lambda: DraftModelDrafter(draft_backend, backend.vocab_size, backend.vocab_size)),
+    ):
         drafter = make()
         first = greedy_run(backend, first_prompt, drafter, draft_tokens="auto", max_tokens=96)
         assert first == plain_first, f"{label}: turn 1 differs at token {first_difference(plain_first, first)}"
         second = greedy_run(backend, second_prompt, drafter, draft_tokens="auto", max_tokens=64, fresh=False)
         assert second == plain_second, f"{label}: turn 2 differs at token {first_difference(plain_second, second)}"
-    fast = [greedy_run(backend, first_prompt, NgramDrafter(1, 3), draft_tokens=k, exact=False, max_tokens=96)
-            for k in (2, 8, 16)]
+    fast = [
+        greedy_run(backend, first_prompt, NgramDrafter(1, 3), draft_tokens=k, exact=False, max_tokens=96)
+        for k in (2, 8, 16)
+    ]
     assert all(len(f) for f in fast)  # the default kernels run too (their output may differ: no assertion)
 
 
@@ -184,12 +201,14 @@ def test_amx_guard_only_when_cpu_and_build_have_amx():
 
 def test_suffix_drafter_with_a_warm_global_tree_stays_exact(backend, tmp_path):
     from localspec.drafters import DrafterOptions, make_drafter
+
     drafter = make_drafter("suffix", backend, DrafterOptions(suffix_cache_dir=str(tmp_path)))
     prompt = prompt_tokens(backend, PROMPTS[7])
     reference = greedy_run(backend, prompt, NoDrafter())
     first = greedy_run(backend, prompt, drafter)  # fills the global tree with this answer
-    second = generate(backend, drafter, prompt, GREEDY, max_tokens=N, draft_tokens=K,
-                      exact_guard=DEFAULT_MARGIN["llama.cpp"])
+    second = generate(
+        backend, drafter, prompt, GREEDY, max_tokens=N, draft_tokens=K, exact_guard=DEFAULT_MARGIN["llama.cpp"]
+    )
     assert first == reference and second.tokens == reference
     assert second.stats.drafter["wins_global"] > 0 and second.stats.acceptance_rate > 0.5
     assert drafter.store.path.exists() and drafter.store.path.parent == tmp_path
@@ -201,8 +220,15 @@ def test_draft_model_sampling_uses_q_and_beats_exact_matching(backend, draft_bac
     drafter = DraftModelDrafter(draft_backend, backend.vocab_size, backend.vocab_size, seed=0)
     prompt = prompt_tokens(backend, PROMPTS[6])
     backend.truncate(0)
-    out = generate(backend, drafter, prompt, SamplingParams(temperature=0.8), max_tokens=N, draft_tokens=K,
-                   rng=np.random.default_rng(0))
+    out = generate(
+        backend,
+        drafter,
+        prompt,
+        SamplingParams(temperature=0.8),
+        max_tokens=N,
+        draft_tokens=K,
+        rng=np.random.default_rng(0),
+    )
     rules = out.stats.rule_comparison()
     assert rules["positions"] >= 20
     assert rules["rejection_sampling"] > 0.9 and rules["rejection_sampling"] > rules["exact_match"] + 0.1
@@ -224,6 +250,13 @@ def test_windows_longer_than_n_batch_are_split_and_stay_exact(backend):
         # row i predicts reference[i]: the rows are in window order, not shuffled by the split
         assert np.mean(np.argmax(logits, axis=1) == np.array(reference[:40])) >= 0.9
         small.truncate(0)
-        got = generate(small, OracleDrafter(reference, len(prompt), small.vocab_size), prompt, GREEDY,
-                       max_tokens=N, draft_tokens=40, exact_guard=DEFAULT_MARGIN["llama.cpp"]).tokens
+        got = generate(
+            small,
+            OracleDrafter(reference, len(prompt), small.vocab_size),
+            prompt,
+            GREEDY,
+            max_tokens=N,
+            draft_tokens=40,
+            exact_guard=DEFAULT_MARGIN["llama.cpp"],
+        ).tokens
     assert got == reference, f"window of 40 on n_batch 16: differs at token {first_difference(reference, got)}"

@@ -3,6 +3,7 @@ saved as a model folder with a tokenizer built by `tokenizers`; exactness under 
 drafter (n-gram, suffix, an MLX draft model, EAGLE-1 and EAGLE-3 heads running in MLX), the target's
 distribution under sampling, rollback, caches that cannot be rolled back, and logits parity with the
 PyTorch backend loading the same folder."""
+
 import json
 
 import numpy as np
@@ -14,6 +15,7 @@ pytest.importorskip("mlx_lm")
 from fakes import DistributionDrafter, RandomDrafter, ScriptedBackend  # noqa: E402
 from hf_folder import write_tokenizer  # noqa: E402
 from test_distribution import chi_square_p  # noqa: E402
+
 from localspec.backends.mlx_backend import MlxBackend  # noqa: E402
 from localspec.drafters.base import NoDrafter  # noqa: E402
 from localspec.drafters.draft_model import DraftModelDrafter  # noqa: E402
@@ -29,11 +31,23 @@ def build_model(model_type, vocab, seed=0, layers=2, scale=4.0, **extra):
     """A random model of mlx-lm's own class for the architecture, with sharpened weights."""
     from mlx.utils import tree_map
     from mlx_lm.models import llama, qwen2
+
     module = {"llama": llama, "qwen2": qwen2}[model_type]
     mx.random.seed(seed)
-    args = dict(model_type=model_type, hidden_size=32, num_hidden_layers=layers, intermediate_size=64,
-                num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6, vocab_size=vocab,
-                rope_theta=10000.0, tie_word_embeddings=model_type == "qwen2", max_position_embeddings=512, **extra)
+    args = dict(
+        model_type=model_type,
+        hidden_size=32,
+        num_hidden_layers=layers,
+        intermediate_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-6,
+        vocab_size=vocab,
+        rope_theta=10000.0,
+        tie_word_embeddings=model_type == "qwen2",
+        max_position_embeddings=512,
+        **extra,
+    )
     model = module.Model(module.ModelArgs(**args))
     model.update(tree_map(lambda p: p * scale, model.parameters()))
     mx.eval(model.parameters())
@@ -43,6 +57,7 @@ def build_model(model_type, vocab, seed=0, layers=2, scale=4.0, **extra):
 def write_mlx_folder(folder, model_type, seed=0, layers=2):
     """config.json + model.safetensors (mlx-lm's tensor names, which are Hugging Face's) + tokenizer."""
     from mlx.utils import tree_flatten
+
     folder.mkdir(parents=True, exist_ok=True)
     vocab = write_tokenizer(folder)
     model, args = build_model(model_type, vocab, seed, layers)
@@ -77,6 +92,7 @@ def test_window_equals_one_token_at_a_time_and_rollback_gives_a_fresh_prefills_l
 def test_logits_match_the_pytorch_backend_on_the_same_weights(folder):
     pytest.importorskip("torch")
     from localspec.backends.torch_backend import TorchBackend
+
     ours, theirs = MlxBackend(folder, n_ctx=256), TorchBackend(folder, n_ctx=256, n_threads=2)
     tokens = ours.tokenize("hello world, the quick brown fox jumps")
     assert tokens == theirs.tokenize("hello world, the quick brown fox jumps")
@@ -88,16 +104,22 @@ def test_logits_match_the_pytorch_backend_on_the_same_weights(folder):
 def test_every_drafter_keeps_greedy_output_exact(folder, tmp_path):
     from localspec.chat import Conversation
     from localspec.drafters.suffix import SuffixDrafter, SuffixParams
+
     backend = MlxBackend(folder, n_ctx=256)
     conv = Conversation()
     conv.add("user", "def add(a, b): return a + b, the quick brown fox")
     prompt = conv.prompt_tokens(backend, reserve=60)
     plain = generate(backend, NoDrafter(), prompt, GREEDY, max_tokens=60).tokens
-    draft = MlxBackend(write_mlx_folder(tmp_path / "draft", json.loads((folder / "config.json").read_text())["model_type"],
-                                        seed=5), n_ctx=256)
-    drafters = {"ngram": NgramDrafter(1, 3), "suffix": SuffixDrafter(SuffixParams(max_spec_offset=2, min_token_prob=0.0)),
-                "random": RandomDrafter(backend.vocab_size, seed=2),
-                "draft-model": DraftModelDrafter(draft, backend.vocab_size, backend.vocab_size, seed=1)}
+    draft = MlxBackend(
+        write_mlx_folder(tmp_path / "draft", json.loads((folder / "config.json").read_text())["model_type"], seed=5),
+        n_ctx=256,
+    )
+    drafters = {
+        "ngram": NgramDrafter(1, 3),
+        "suffix": SuffixDrafter(SuffixParams(max_spec_offset=2, min_token_prob=0.0)),
+        "random": RandomDrafter(backend.vocab_size, seed=2),
+        "draft-model": DraftModelDrafter(draft, backend.vocab_size, backend.vocab_size, seed=1),
+    }
     for name, drafter in drafters.items():
         backend.truncate(0)
         out = generate(backend, drafter, prompt, GREEDY, max_tokens=60, draft_tokens=3)
@@ -110,8 +132,10 @@ def test_eagle_heads_run_in_mlx_from_the_released_checkpoint_formats(tmp_path, v
     pytest.importorskip("torch")
     from test_eagle import write_eagle3_head
     from test_torch_backend import write_eagle_head
+
     from localspec.backends.torch_backend import TorchBackend
     from localspec.drafters.eagle import EagleDrafter
+
     folder = write_mlx_folder(tmp_path / "target", "llama", layers=8)
     target, reference = MlxBackend(folder, n_ctx=256), TorchBackend(folder, n_ctx=256, n_threads=2)
     if version == 1:
@@ -153,6 +177,7 @@ V, N, SAMPLES, PROMPT = 6, 3, 3000, [0, 1, 2, 1]
 @pytest.mark.parametrize("kind", ["point-mass", "with-q", "draft-model"])
 def test_speculative_sampling_matches_the_targets_distribution(kind):
     import itertools
+
     sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
     model, _ = build_model("qwen2", V, seed=1, scale=1.5)
     backend = MlxBackend.from_model(model, ScriptedBackend(vocab_size=V), n_ctx=64)
@@ -163,6 +188,7 @@ def test_speculative_sampling_matches_the_targets_distribution(kind):
             backend.truncate(0)
             memo[ctx] = sampling.probs(backend.forward(list(ctx)).logits[-1:])[0]
         return memo[ctx]
+
     exact = {}
     for seq in itertools.product(range(V), repeat=N):
         p, ctx = 1.0, tuple(PROMPT)
@@ -175,7 +201,9 @@ def test_speculative_sampling_matches_the_targets_distribution(kind):
         drafter = DistributionDrafter(V, k=2)
     else:
         draft_model, _ = build_model("qwen2", V, seed=7, scale=1.5)
-        drafter = DraftModelDrafter(MlxBackend.from_model(draft_model, ScriptedBackend(vocab_size=V), n_ctx=64), V, V, seed=2)
+        drafter = DraftModelDrafter(
+            MlxBackend.from_model(draft_model, ScriptedBackend(vocab_size=V), n_ctx=64), V, V, seed=2
+        )
     backend.truncate(0)
     rng, counts, accepted = np.random.default_rng(3), {}, 0
     for _ in range(SAMPLES):
@@ -188,16 +216,32 @@ def test_speculative_sampling_matches_the_targets_distribution(kind):
 
 def test_cli_runs_an_mlx_folder_and_apple_silicon_picks_mlx_for_models_with_an_mlx_source(folder, monkeypatch):
     from test_cli import assert_one_line_error, run_cli
+
     from localspec import hub
     from localspec.registry import load_registry
     from localspec.session import choose_backend
-    result = run_cli("run", "--json", "--backend", "mlx", "-m", str(folder), "--drafter", "ngram", "-t", "0",
-                     "-n", "16", "hello world")
+
+    result = run_cli(
+        "run",
+        "--json",
+        "--backend",
+        "mlx",
+        "-m",
+        str(folder),
+        "--drafter",
+        "ngram",
+        "-t",
+        "0",
+        "-n",
+        "16",
+        "hello world",
+    )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["stats"]["generated_tokens"] == 16
-    assert_one_line_error(run_cli("run", "--backend", "mlx", "-m", str(folder / "config.json"), "hi"),
-                          "mlx backend loads a model folder")
+    assert_one_line_error(
+        run_cli("run", "--backend", "mlx", "-m", str(folder / "config.json"), "hi"), "mlx backend loads a model folder"
+    )
     entry = load_registry().get("qwen2.5-coder-1.5b")
     assert entry.mlx_repo
     monkeypatch.setattr(hub, "on_apple_silicon", lambda: True)

@@ -1,4 +1,5 @@
 """The n-gram drafter replayed on token sequences against a brute-force reference: no model needed."""
+
 import numpy as np
 import pytest
 
@@ -13,10 +14,10 @@ def brute_force(context, n_min, n_max, k):
     for n in range(min(n_max, len(context) - 1), n_min - 1, -1):
         suffix = context[-n:]
         for start in range(len(context) - n - 1, -1, -1):  # most recent earlier occurrence first
-            if context[start:start + n] == suffix:
+            if context[start : start + n] == suffix:
                 end = start + n
-                length = max(m for m in range(n, min(64, end) + 1) if context[end - m:end] == context[-m:])
-                return context[end:end + k], length
+                length = max(m for m in range(n, min(64, end) + 1) if context[end - m : end] == context[-m:])
+                return context[end : end + k], length
     return [], 0
 
 

@@ -1,5 +1,6 @@
 """`localspec bench --peer llama-server`: the harness against a stand-in server (tests/fake_llama_server.py,
 found as `llama-server` on PATH), the errors, and one run with the real llama-server when one is built."""
+
 import glob
 import json
 import os
@@ -7,15 +8,15 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from fakes import ScriptedBackend
+from test_cli import assert_one_line_error, run_cli
+
 from localspec.bench import format_tables, plot, run_bench
 from localspec.drafters import DrafterOptions
 from localspec.drafters.base import NoDrafter
 from localspec.peer import PeerError, ServerConfig, find_llama_server
 from localspec.sampling import SamplingParams
 from localspec.session import Session
-from test_cli import assert_one_line_error, run_cli
 
 HERE = Path(__file__).parent
 ALL_TYPES = ["plain", "ngram-mod", "ngram-simple", "draft-simple"]
@@ -66,19 +67,26 @@ def alive(pid: int) -> bool:
 
 
 def scripted_session(tmp_path):
-    return Session(ScriptedBackend(vocab_size=12, seed=0), NoDrafter(), SamplingParams(temperature=0), "scripted",
-                   drafter_options=DrafterOptions(suffix_cache_dir=str(tmp_path / "user-cache")))
+    return Session(
+        ScriptedBackend(vocab_size=12, seed=0),
+        NoDrafter(),
+        SamplingParams(temperature=0),
+        "scripted",
+        drafter_options=DrafterOptions(suffix_cache_dir=str(tmp_path / "user-cache")),
+    )
 
 
-CASES = [{"id": f"c{i}", "kind": kind, "max_tokens": 24,
-          "messages": [{"role": "user", "content": "abcabcabcabc" * (i + 1)}]}
-         for i, kind in enumerate(["code-edit", "chat", "chat"])]
+CASES = [
+    {"id": f"c{i}", "kind": kind, "max_tokens": 24, "messages": [{"role": "user", "content": "abcabcabcabc" * (i + 1)}]}
+    for i, kind in enumerate(["code-edit", "chat", "chat"])
+]
 
 
 def bench(tmp_path, fake, repeats=2, types=ALL_TYPES, progress=lambda _: None, **config):
     s = scripted_session(tmp_path)
-    return run_bench(s, "ngram,suffix", CASES, peer=fake.config(**config), peer_types=types, repeats=repeats,
-                     progress=progress)
+    return run_bench(
+        s, "ngram,suffix", CASES, peer=fake.config(**config), peer_types=types, repeats=repeats, progress=progress
+    )
 
 
 def test_fresh_servers_per_repeat_with_the_sessions_flags(tmp_path, fake):
@@ -87,12 +95,13 @@ def test_fresh_servers_per_repeat_with_the_sessions_flags(tmp_path, fake):
     assert len(starts) == 2 * len(ALL_TYPES) and len({s["pid"] for s in starts}) == len(starts)
     for s in starts:
         argv = s["argv"]
-        flags = dict(zip(argv, argv[1:]))
+        flags = dict(zip(argv, argv[1:], strict=False))
         assert flags["-m"] == str(fake.model) and flags["-c"] == "4096" and flags["-t"] == "2"
         assert flags["--host"] == "127.0.0.1" and int(flags["--port"]) > 0 and flags["-np"] == "1"
-    spec = [dict(zip(s["argv"], s["argv"][1:])).get("--spec-type") for s in starts]
+    spec = [dict(zip(s["argv"], s["argv"][1:], strict=False)).get("--spec-type") for s in starts]
     assert spec == [None, "ngram-mod", "ngram-simple", "draft-simple"] * 2
-    assert [dict(zip(s["argv"], s["argv"][1:])).get("-md") for s in starts] == [None] * 3 + [str(fake.draft)] + [None] * 3 + [str(fake.draft)]
+    drafts = [dict(zip(s["argv"], s["argv"][1:], strict=False)).get("-md") for s in starts]
+    assert drafts == ([None] * 3 + [str(fake.draft)]) * 2
     assert not any(alive(s["pid"]) for s in starts)  # every server stopped at the end of its repeat
     # each repeat's requests went to that repeat's servers
     pids = [s["pid"] for s in starts]
@@ -113,8 +122,15 @@ def test_fresh_servers_per_repeat_with_the_sessions_flags(tmp_path, fake):
 
 def test_peer_methods_are_interleaved_and_reported(tmp_path, fake):
     report = bench(tmp_path, fake)
-    labels = ["none", "ngram", "suffix", "server:plain", "server:ngram-mod", "server:ngram-simple",
-              "server:draft-simple"]
+    labels = [
+        "none",
+        "ngram",
+        "suffix",
+        "server:plain",
+        "server:ngram-mod",
+        "server:ngram-simple",
+        "server:draft-simple",
+    ]
     assert report["methods"] == labels
     orders = [row["order"] for row in report["cases"]]
     assert all(sorted(o) == sorted(labels) for o in orders)
@@ -125,15 +141,29 @@ def test_peer_methods_are_interleaved_and_reported(tmp_path, fake):
     for row in report["cases"]:
         ms = row["methods"]
         for label, m in ms.items():
-            for key in ("output_ids", "prefill_s", "ttft_s", "decode_s", "decode_tok_s", "total_s",
-                        "ratio_to_plain", "ratio_to_plain_total", "same_as_plain", "plain"):
+            for key in (
+                "output_ids",
+                "prefill_s",
+                "ttft_s",
+                "decode_s",
+                "decode_tok_s",
+                "total_s",
+                "ratio_to_plain",
+                "ratio_to_plain_total",
+                "same_as_plain",
+                "plain",
+            ):
                 assert key in m, (label, key)
             assert m["same_as_plain"] and len(m["output_ids"]) == m["tokens"] == 24
         assert ms["server:plain"]["plain"] == "server:plain" and ms["ngram"]["plain"] == "none"
         assert ms["server:plain"]["ratio_to_plain"] == 1.0 and ms["none"]["ratio_to_plain"] == 1.0
         assert ms["server:ngram-mod"]["ratio_to_plain"] == 1.5 and ms["server:draft-simple"]["ratio_to_plain"] == 0.8
         assert ms["server:ngram-simple"]["acceptance_rate"] == 0.5
-        assert ms["server:plain"]["ttft_s"] == ms["server:plain"]["prefill_s"] == round(0.5 * row["prompt_tokens"] / 1e3, 4)
+        assert (
+            ms["server:plain"]["ttft_s"]
+            == ms["server:plain"]["prefill_s"]
+            == round(0.5 * row["prompt_tokens"] / 1e3, 4)
+        )
         assert ms["none"]["ttft_s"] >= ms["none"]["prefill_s"]
         assert ms["none"]["total_s"] == pytest.approx(ms["none"]["prefill_s"] + ms["none"]["decode_s"], abs=2e-4)
     case = report["per_case"]["c1"]
@@ -155,6 +185,7 @@ def test_plot_with_peer_methods_writes_a_png(tmp_path, fake):
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) > 1000
     import matplotlib.image
+
     assert matplotlib.image.imread(str(out)).shape[2] in (3, 4)
 
 
@@ -174,6 +205,7 @@ def test_a_failing_server_names_its_type_and_log(tmp_path, fake, monkeypatch, mo
 def test_ctrl_c_leaves_no_server(tmp_path, fake):
     def interrupt(_line):
         raise KeyboardInterrupt
+
     with pytest.raises(KeyboardInterrupt):
         bench(tmp_path, fake, progress=interrupt)
     assert len(fake.starts()) == len(ALL_TYPES)
@@ -203,16 +235,33 @@ def test_missing_binary_is_one_clear_line(tmp_path):
 def test_bench_command_with_the_stand_in_server(tmp_path, fake):
     """The CLI wiring on the real SmolLM2 GGUF: the peer found on PATH, draft-simple skipped (no draft)."""
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
-    result = run_cli("bench", "--peer", "llama-server", "--drafters", "suffix", "--cases", "explain",
-                     "--max-tokens", "8", "--threads", "1", "--ctx", "2048", "--json", str(out), "--plot", str(png),
-                     env={"PATH": os.environ["PATH"], "FAKE_LLAMA_SERVER_LOG": str(fake.log)})
+    result = run_cli(
+        "bench",
+        "--peer",
+        "llama-server",
+        "--drafters",
+        "suffix",
+        "--cases",
+        "explain",
+        "--max-tokens",
+        "8",
+        "--threads",
+        "1",
+        "--ctx",
+        "2048",
+        "--json",
+        str(out),
+        "--plot",
+        str(png),
+        env={"PATH": os.environ["PATH"], "FAKE_LLAMA_SERVER_LOG": str(fake.log)},
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
     assert report["methods"] == ["none", "suffix", "server:plain", "server:ngram-mod", "server:ngram-simple"]
     assert any("server:draft-simple skipped" in n for n in report["notes"])
     assert report["peer"]["version"] == "version: 1 (fake)"
     argv = fake.starts()[0]["argv"]
-    flags = dict(zip(argv, argv[1:]))
+    flags = dict(zip(argv, argv[1:], strict=False))
     assert flags["-c"] == "2048" and flags["-t"] == "1" and flags["-m"].endswith(".gguf")
     assert png.read_bytes()[:4] == b"\x89PNG" and "server:ngram-mod" in result.stdout
 
@@ -234,12 +283,30 @@ def real_llama_server():
 def test_real_llama_server_matches_localspec_plain(tmp_path):
     binary = real_llama_server()
     if not binary:
-        pytest.skip("no built llama-server (set LOCALSPEC_LLAMA_SERVER, put it on PATH, or run "
-                    "../shared/peer/build-llama-server.sh)")
+        pytest.skip(
+            "no built llama-server (set LOCALSPEC_LLAMA_SERVER, put it on PATH, or run "
+            "../shared/peer/build-llama-server.sh)"
+        )
     out = tmp_path / "bench.json"
-    result = run_cli("bench", "--peer", f"llama-server={binary}", "--peer-types", "ngram-simple", "--drafters", "none",
-                     "--cases", "edit-rename", "--max-tokens", "32", "--threads", "1", "--ctx", "2048",
-                     "--json", str(out))
+    result = run_cli(
+        "bench",
+        "--peer",
+        f"llama-server={binary}",
+        "--peer-types",
+        "ngram-simple",
+        "--drafters",
+        "none",
+        "--cases",
+        "edit-rename",
+        "--max-tokens",
+        "32",
+        "--threads",
+        "1",
+        "--ctx",
+        "2048",
+        "--json",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
     assert report["methods"] == ["none", "server:plain", "server:ngram-simple"]
@@ -248,5 +315,7 @@ def test_real_llama_server_matches_localspec_plain(tmp_path):
     assert len(theirs) == ms["server:plain"]["tokens"] > 16  # return_tokens is honoured
     assert theirs[:16] == ours[:16]  # the same greedy answer to the same token ids (near-ties may differ later)
     assert ms["server:ngram-simple"]["output_ids"][:16] == theirs[:16]
-    assert ms["server:plain"]["decode_tok_s"] > 0 and ms["server:plain"]["prompt_n"] == report["cases"][0]["prompt_tokens"]
+    assert (
+        ms["server:plain"]["decode_tok_s"] > 0 and ms["server:plain"]["prompt_n"] == report["cases"][0]["prompt_tokens"]
+    )
     assert ms["server:ngram-simple"]["ratio_to_plain"] is not None

@@ -14,8 +14,19 @@ def test_builtin_registry_has_the_default_model():
     registry = load_registry(user_file=None)
     assert registry.default == "smollm2-135m"
     assert registry.get("qwen2.5-coder-1.5b").gguf_file().endswith("q4_k_m.gguf")
-    for name in ("llama3-8b", "qwen2.5-7b", "qwen2.5-coder-7b", "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b",
-                 "smollm2-135m", "smollm2-360m", "smollm2-1.7b", "gemma-3-270m", "gemma-3-1b", "gemma-3-4b"):
+    for name in (
+        "llama3-8b",
+        "qwen2.5-7b",
+        "qwen2.5-coder-7b",
+        "qwen2.5-coder-1.5b",
+        "qwen2.5-coder-0.5b",
+        "smollm2-135m",
+        "smollm2-360m",
+        "smollm2-1.7b",
+        "gemma-3-270m",
+        "gemma-3-1b",
+        "gemma-3-4b",
+    ):
         entry = registry.get(name)
         assert entry.gguf_repo and entry.mlx_repo and entry.torch_repo and entry.tokenizer, name
     llama = registry.get("llama3-8b")
@@ -25,28 +36,32 @@ def test_builtin_registry_has_the_default_model():
 
 
 def test_user_file_adds_models(tmp_path):
-    path = write(tmp_path, '[models.mine]\nfamily = "x"\n[models.mine.gguf]\nrepo = "me/r"\n'
-                           'files = { Q4 = "m.gguf" }\n')
+    path = write(
+        tmp_path, '[models.mine]\nfamily = "x"\n[models.mine.gguf]\nrepo = "me/r"\nfiles = { Q4 = "m.gguf" }\n'
+    )
     registry = load_registry(user_file=path)
     assert registry.get("mine").gguf_repo == "me/r" and "smollm2-135m" in registry.models
 
 
-@pytest.mark.parametrize("text, needles", [
-    ("[models.a]\nembedded = 'p/f.gguf'\ncolour = 'red'\n", ["[models.a]", "'colour'"]),
-    ("[models.a]\nembedded = 'p/f.gguf'\ncontext = 'long'\n", ["'context'", "int"]),
-    ("[models.a]\nembedded = 'p/f.gguf'\ncontext = -5\n", ["'context'", "positive"]),
-    ("[models.a]\n[models.a.gguf]\nrepo = 'r'\n", ["[models.a.gguf]", "'files'"]),
-    ("[models.a]\n[models.a.gguf]\nrepo = 'r'\nfiles = { Q4 = 'a.bin' }\n", ["[models.a.gguf]", ".gguf"]),
-    ("[models.a]\n[models.a.gguf]\nrepo = 'r'\nquant = 'Q8'\nfiles = { Q4 = 'a.gguf' }\n", ["'quant'", "Q8"]),
-    ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.mlx]\nrepos = 'x'\n", ["[models.a.mlx]", "'repos'"]),
-    ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.eagle]\nllama = 'x'\n", ["[models.a.eagle]", "'llama'"]),
-    ("[models.a]\nembedded = 'p/f.gguf'\ndrafters = ['magic']\n", ["'drafters'", "'magic'"]),
-    ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.ngram]\nmin = 5\nmax = 2\n", ["[models.a.ngram]", "min"]),
-    ("[models.a]\nfamily = 'x'\n", ["needs a source"]),
-    ("default = 'nothing'\n", ["default", "nothing"]),
-    ("models = [\n", ["not valid TOML"]),
-    ("colour = 1\n", ["top-level key 'colour'"]),
-])
+@pytest.mark.parametrize(
+    "text, needles",
+    [
+        ("[models.a]\nembedded = 'p/f.gguf'\ncolour = 'red'\n", ["[models.a]", "'colour'"]),
+        ("[models.a]\nembedded = 'p/f.gguf'\ncontext = 'long'\n", ["'context'", "int"]),
+        ("[models.a]\nembedded = 'p/f.gguf'\ncontext = -5\n", ["'context'", "positive"]),
+        ("[models.a]\n[models.a.gguf]\nrepo = 'r'\n", ["[models.a.gguf]", "'files'"]),
+        ("[models.a]\n[models.a.gguf]\nrepo = 'r'\nfiles = { Q4 = 'a.bin' }\n", ["[models.a.gguf]", ".gguf"]),
+        ("[models.a]\n[models.a.gguf]\nrepo = 'r'\nquant = 'Q8'\nfiles = { Q4 = 'a.gguf' }\n", ["'quant'", "Q8"]),
+        ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.mlx]\nrepos = 'x'\n", ["[models.a.mlx]", "'repos'"]),
+        ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.eagle]\nllama = 'x'\n", ["[models.a.eagle]", "'llama'"]),
+        ("[models.a]\nembedded = 'p/f.gguf'\ndrafters = ['magic']\n", ["'drafters'", "'magic'"]),
+        ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.ngram]\nmin = 5\nmax = 2\n", ["[models.a.ngram]", "min"]),
+        ("[models.a]\nfamily = 'x'\n", ["needs a source"]),
+        ("default = 'nothing'\n", ["default", "nothing"]),
+        ("models = [\n", ["not valid TOML"]),
+        ("colour = 1\n", ["top-level key 'colour'"]),
+    ],
+)
 def test_malformed_files_name_file_table_and_key(tmp_path, text, needles):
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as exc:

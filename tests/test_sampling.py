@@ -48,8 +48,7 @@ def test_sample_follows_the_probabilities():
     np.testing.assert_allclose(counts / 20000, p, atol=0.015)
 
 
-@pytest.mark.parametrize("bad", [{"temperature": -1}, {"top_k": -1}, {"top_p": 0}, {"top_p": 1.5},
-                                 {"min_p": 1.0}])
+@pytest.mark.parametrize("bad", [{"temperature": -1}, {"top_k": -1}, {"top_p": 0}, {"top_p": 1.5}, {"min_p": 1.0}])
 def test_bad_settings_are_named(bad):
     with pytest.raises(ConfigError, match=next(iter(bad)).replace("_", "-")):
         SamplingParams(**bad)
@@ -71,8 +70,9 @@ def test_verify_with_q_uses_the_ratio_and_the_residual():
     sampler = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
     logits = np.log(np.array([[0.5, 0.5], [0.5, 0.5]]))
     rng = np.random.default_rng(1)
-    firsts = [verify_draft(Draft.chain([0], np.array([[1.0, 0.0]])), logits, sampler, rng).tokens[0]
-              for _ in range(10000)]
+    firsts = [
+        verify_draft(Draft.chain([0], np.array([[1.0, 0.0]])), logits, sampler, rng).tokens[0] for _ in range(10000)
+    ]
     assert abs(np.mean(firsts) - 0.5) < 0.02
 
 

@@ -1,12 +1,13 @@
 """The speculation-length controller on synthetic machines: known verify-cost curves, draft costs and
 acceptance rates, where the best K can be worked out by hand."""
+
 from collections import Counter
 
 import numpy as np
 import pytest
 
-from localspec.engine import generate
 from localspec.drafters.base import NoDrafter
+from localspec.engine import generate
 from localspec.errors import ConfigError
 from localspec.sampling import SamplingParams
 from localspec.speclen import AdaptiveK, FixedK, make_policy
@@ -46,7 +47,7 @@ def mode(values):
 
 
 def rate(k, a, verify, draft_per_token=0.0):
-    expected = sum(a ** i for i in range(k + 1))
+    expected = sum(a**i for i in range(k + 1))
     return expected / (verify[k + 1] + draft_per_token * k)
 
 
@@ -117,8 +118,9 @@ def test_fixed_k_verifies_everything():
     assert pol.plan(3) == 3 and pol.trim(Draft.chain([1, 2, 3]), 0.0) == 3 and pol.label == "K=3"
 
 
-@pytest.mark.parametrize("text,kind,k", [("4", FixedK, 4), (6, FixedK, 6), ("auto", AdaptiveK, 64),
-                                         ("auto:3", AdaptiveK, 3)])
+@pytest.mark.parametrize(
+    "text,kind,k", [("4", FixedK, 4), (6, FixedK, 6), ("auto", AdaptiveK, 64), ("auto:3", AdaptiveK, 3)]
+)
 def test_make_policy(text, kind, k):
     pol = make_policy(text)
     assert isinstance(pol, kind) and pol.max_k == k
@@ -134,14 +136,16 @@ def test_adaptive_output_is_the_targets_and_a_random_drafter_is_mostly_skipped()
     backend = ScriptedBackend(vocab_size=50)
     greedy = SamplingParams(temperature=0)
     plain = generate(backend, NoDrafter(), [1, 2, 3], greedy, max_tokens=200)
-    out = generate(backend, RandomDrafter(backend.vocab_size, seed=1), [1, 2, 3], greedy, max_tokens=200,
-                   draft_tokens="auto")
+    out = generate(
+        backend, RandomDrafter(backend.vocab_size, seed=1), [1, 2, 3], greedy, max_tokens=200, draft_tokens="auto"
+    )
     assert out.tokens == plain.tokens
     assert out.stats.speclen["mode"] == "adaptive"
     assert out.stats.drafted < 0.25 * out.stats.steps * 8  # fixed K=8 would verify 8 per step
 
 
 # -- long windows, whole cost curves, confidence ---------------------------------------------------------
+
 
 def curve(points):
     """Cost in single steps for window sizes 1..65, linear between the given points."""
@@ -152,14 +156,15 @@ def curve(points):
 CURVES = {  # seconds per window of n positions (a single step = 1 s), n = 1..65
     "cpu monotone": curve({1: 1.0, 2: 1.63, 4: 2.47, 8: 5.45, 16: 9.0, 32: 16.0, 65: 30.0}),
     "cliff": {n: (1.0 if n <= 8 else 4.0) + 0.08 * (n - 1) for n in range(1, 66)},
-    "cpu, 16 cheaper than 12": curve({1: 1.0, 2: 1.63, 4: 2.47, 6: 3.5, 8: 5.45, 12: 7.01, 16: 6.78, 24: 9.5,
-                                      32: 11.5, 48: 17.0, 65: 22.0}),
+    "cpu, 16 cheaper than 12": curve(
+        {1: 1.0, 2: 1.63, 4: 2.47, 6: 3.5, 8: 5.45, 12: 7.01, 16: 6.78, 24: 9.5, 32: 11.5, 48: 17.0, 65: 22.0}
+    ),
     "flat gpu": {n: 1.0 + 0.01 * (n - 1) for n in range(1, 66)},
 }
 
 
 def expected(k, a):
-    return sum(a ** i for i in range(k + 1))
+    return sum(a**i for i in range(k + 1))
 
 
 def oracle_rate(a, verify):

@@ -1,4 +1,5 @@
 """Suffix decoding: the compiled trie against a brute-force reference, the on-disk cache, the drafter."""
+
 import inspect
 import json
 import multiprocessing
@@ -6,8 +7,8 @@ import textwrap
 
 import numpy as np
 import pytest
-
 from fakes import ScriptedBackend
+
 from localspec.drafters import DrafterOptions, make_drafter
 from localspec.drafters.base import match_confidence
 from localspec.drafters.ngram import NgramDrafter
@@ -19,7 +20,7 @@ from localspec.simulate import simulate
 
 
 def occurrences(seqs, s):
-    return [(q, i) for q in seqs for i in range(len(q) - len(s) + 1) if q[i:i + len(s)] == s]
+    return [(q, i) for q in seqs for i in range(len(q) - len(s) + 1) if q[i : i + len(s)] == s]
 
 
 def followed(seqs, s):
@@ -29,7 +30,7 @@ def followed(seqs, s):
 
 def longest_followed_suffix(seqs, tokens, max_len):
     m = min(len(tokens), max_len)
-    while m > 0 and not followed(seqs, tokens[len(tokens) - m:]):
+    while m > 0 and not followed(seqs, tokens[len(tokens) - m :]):
         m -= 1
     return m
 
@@ -38,8 +39,9 @@ def reference_draft(seqs, ctx, depth, k, min_prob, factor, offset):
     """st_draft's rule by brute force, with occurrence counts of the sequences instead of a trie:
     m = longest suffix of ctx (<= depth - 1) that occurs followed by a token, budget = min(k, factor*m + offset);
     start from its suffix of length <= depth - min(budget, depth // 2); take the most frequent continuation (ties:
-    lower id) while the path confidence (count of the continuation / occurrences followed by a token) stays >= min_prob; a string that occurs once is copied from its
-    occurrence to the end of its sequence; at length `depth`, re-match the last <= depth // 2 tokens of ctx + draft.
+    lower id) while the path confidence (count of the continuation / occurrences followed by a token) stays
+    >= min_prob; a string that occurs once is copied from its occurrence to the end of its sequence; at length
+    `depth`, re-match the last <= depth // 2 tokens of ctx + draft.
     Returns (tokens, confidences, m)."""
     f32 = np.float32
     k = min(k, 1024)
@@ -48,13 +50,13 @@ def reference_draft(seqs, ctx, depth, k, min_prob, factor, offset):
         return (), (), 0
     budget = min(k, int(f32(factor) * f32(m) + f32(offset)))
     start = min(m, depth - min(budget, depth // 2))
-    s = list(ctx[len(ctx) - start:])
+    s = list(ctx[len(ctx) - start :])
     conf, out, probs = f32(1.0), [], []
     while len(out) < budget:
         occ = occurrences(seqs, s)
         if len(occ) == 1:  # copy the one occurrence's continuation
             q, i = occ[0]
-            rest = q[i + len(s):i + len(s) + budget - len(out)]
+            rest = q[i + len(s) : i + len(s) + budget - len(out)]
             out += rest
             probs += [float(conf)] * len(rest)
             break
@@ -63,7 +65,7 @@ def reference_draft(seqs, ctx, depth, k, min_prob, factor, offset):
             r = longest_followed_suffix(seqs, whole, depth // 2)
             if r == 0:
                 break
-            s = whole[len(whole) - r:]
+            s = whole[len(whole) - r :]
             continue
         nexts = {}
         for q, i in followed(seqs, s):
@@ -105,10 +107,16 @@ def test_random_sequences_match_brute_force(seed):
     seqs = [rng.integers(0, vocab, size=int(rng.integers(0, 80))).tolist() for _ in range(int(rng.integers(1, 4)))]
     queries = [rng.integers(0, vocab, size=int(rng.integers(1, 20))).tolist() for _ in range(8)]
     # queries that occur, so that long matches (up to depth - 1) and long drafts happen
-    queries += [q[i:i + int(rng.integers(1, 20))] for q in seqs if q for i in rng.integers(0, len(q), size=3)]
-    check_against_reference(seqs, queries, depth, k=int(rng.choice([1, 4, 8, 16, 24, 63, 64, 70])),
-                            min_prob=float(rng.choice([0.0, 0.1, 0.3, 0.5])),
-                            factor=float(rng.choice([1.0, 2.0, 8.0])), offset=float(rng.choice([-2.0, 0.0, 1.0])))
+    queries += [q[i : i + int(rng.integers(1, 20))] for q in seqs if q for i in rng.integers(0, len(q), size=3)]
+    check_against_reference(
+        seqs,
+        queries,
+        depth,
+        k=int(rng.choice([1, 4, 8, 16, 24, 63, 64, 70])),
+        min_prob=float(rng.choice([0.0, 0.1, 0.3, 0.5])),
+        factor=float(rng.choice([1.0, 2.0, 8.0])),
+        offset=float(rng.choice([-2.0, 0.0, 1.0])),
+    )
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -118,7 +126,7 @@ def test_counts_are_exact_up_to_the_trie_depth(seed):
     depth = int(rng.choice([3, 5, 8, 16]))
     seqs = [rng.integers(0, int(rng.integers(2, 4)), size=int(rng.integers(1, 120))).tolist() for _ in range(3)]
     tree = build_tree(seqs, depth)
-    patterns = {tuple(q[i:i + n]) for q in seqs for n in range(1, depth + 1) for i in range(len(q) - n + 1)}
+    patterns = {tuple(q[i : i + n]) for q in seqs for n in range(1, depth + 1) for i in range(len(q) - n + 1)}
     patterns |= {tuple(rng.integers(0, 4, size=int(rng.integers(1, depth + 1))).tolist()) for _ in range(50)}
     for s in patterns:
         assert tree.count(s) == len(occurrences(seqs, list(s))), s
@@ -129,7 +137,7 @@ def test_periodic_text_drafts_past_the_trie_depth():
     rng = np.random.default_rng(3)
     unit = rng.integers(0, 50, size=11).tolist()
     seqs = [unit * 9, (unit * 4)[:30]]
-    queries = [(unit * 3)[i:i + 20] for i in range(0, 11)]
+    queries = [(unit * 3)[i : i + 20] for i in range(0, 11)]
     for depth, k in [(8, 64), (16, 40), (5, 64)]:
         check_against_reference(seqs, queries, depth, k, min_prob=0.1, factor=8.0, offset=0.0)
     tree = build_tree(seqs, 8)
@@ -137,13 +145,14 @@ def test_periodic_text_drafts_past_the_trie_depth():
     assert got.match_len == 7 and got.tokens == tuple((unit * 8)[:64])
 
 
-@pytest.mark.parametrize("depth, k, factor", [(8, 64, 8.0), (16, 64, 2.0), (64, 24, 1.0), (64, 63, 1.0),
-                                              (64, 64, 2.0), (64, 100, 4.0)])
+@pytest.mark.parametrize(
+    "depth, k, factor", [(8, 64, 8.0), (16, 64, 2.0), (64, 24, 1.0), (64, 63, 1.0), (64, 64, 2.0), (64, 100, 4.0)]
+)
 def test_real_text_matches_brute_force(depth, k, factor):
     # real structure without a model: UTF-8 bytes of standard-library source as tokens
     texts = [inspect.getsource(f).encode()[:500] for f in (textwrap.dedent, json.dumps, inspect.getdoc)]
     seqs = [list(t) for t in texts] + [list(texts[0][:300])]  # a partial repeat, like an edit in progress
-    queries = [list(t[i:i + 70]) for t in texts for i in range(0, 420, 53)]
+    queries = [list(t[i : i + 70]) for t in texts for i in range(0, 420, 53)]
     check_against_reference(seqs, queries, depth=depth, k=k, min_prob=0.1, factor=factor, offset=-2.0)
 
 
@@ -154,7 +163,7 @@ def test_long_drafts_do_not_collapse():
     tree.add_sequence(text)
     for k in (8, 24, 48, 63, 64, 120):
         got = tree.draft(text[:100], k, 0.5, 2.0, -2.0)
-        assert got.match_len == 63 and got.tokens == tuple(text[100:100 + k]), k
+        assert got.match_len == 63 and got.tokens == tuple(text[100 : 100 + k]), k
 
 
 def test_growing_the_open_sequence_token_by_token():
@@ -205,8 +214,11 @@ def test_corrupt_file_is_set_aside_and_the_cache_starts_empty(tmp_path, damage, 
     store.add(list(range(50)))
     store.save()
     data = path.read_bytes()
-    path.write_bytes({"garbage": b"\x00\x01junk", "truncate": data[:-7],
-                      "flip": data[:-3] + bytes([data[-3] ^ 0xFF]) + data[-2:]}[damage])
+    path.write_bytes(
+        {"garbage": b"\x00\x01junk", "truncate": data[:-7], "flip": data[:-3] + bytes([data[-3] ^ 0xFF]) + data[-2:]}[
+            damage
+        ]
+    )
     again = AnswerStore(path, "tok")
     assert again.answers == {} and "could not be used" in capsys.readouterr().err
     assert (tmp_path / "a.corrupt").exists()
@@ -259,7 +271,9 @@ def test_global_tree_drafts_an_earlier_answer(tmp_path):
 def test_simulator_on_fixed_sequences():
     prompt = [1, 2, 3, 4, 5, 6, 7, 8]
     answer = [9, 1, 2, 3, 4, 5, 6, 7, 8, 9]  # copies the prompt
-    stats = simulate(SuffixDrafter(SuffixParams(max_spec_factor=2.0, max_spec_offset=0.0), None), [(prompt, answer)], k=4)
+    stats = simulate(
+        SuffixDrafter(SuffixParams(max_spec_factor=2.0, max_spec_offset=0.0), None), [(prompt, answer)], k=4
+    )
     assert stats.generated == len(answer)
     assert stats.mean_accepted_length > 2.0 and stats.acceptance_rate > 0.8
     plain = simulate(NgramDrafter(5, 6), [(prompt, [20, 21, 22])], k=4)

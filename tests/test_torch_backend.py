@@ -1,11 +1,13 @@
 """The PyTorch backend: tiny random decoders of each architecture built here (cache, rollback, exact
 speculative decoding, hidden states), and parity with llama.cpp on the real SmolLM2-135M GGUF."""
+
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from fakes import OracleDrafter, RandomDrafter, ScriptedBackend  # noqa: E402
+
 from localspec.backends.torch_backend import TorchBackend, _unpermute  # noqa: E402
 from localspec.backends.torch_decoder import Decoder, DecoderConfig, rope_inv_freq  # noqa: E402
 from localspec.drafters.base import NoDrafter  # noqa: E402
@@ -18,9 +20,23 @@ V = 24
 ARCHS = {
     "llama-gqa": DecoderConfig(V, 32, 64, 2, 4, 2, 8),
     "qwen2-bias-tied": DecoderConfig(V, 32, 48, 2, 4, 1, 8, attn_bias=True, tie_embeddings=True, rope_theta=1e6),
-    "llama3-scaled-rope": DecoderConfig(V, 32, 64, 2, 4, 4, 8, rope_theta=5e5, rope_scaling={
-        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 64}),
+    "llama3-scaled-rope": DecoderConfig(
+        V,
+        32,
+        64,
+        2,
+        4,
+        4,
+        8,
+        rope_theta=5e5,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+    ),
 }
 
 
@@ -85,8 +101,11 @@ def test_hidden_states_are_what_the_lm_head_sees():
 
 def test_llama3_rope_scaling_slows_only_long_wavelengths():
     plain = rope_inv_freq(DecoderConfig(V, 32, 64, 1, 1, 1, 64, rope_theta=5e5))
-    scaled = rope_inv_freq(ARCHS["llama3-scaled-rope"].__class__(V, 32, 64, 1, 1, 1, 64, rope_theta=5e5,
-                                                                  rope_scaling=ARCHS["llama3-scaled-rope"].rope_scaling))
+    scaled = rope_inv_freq(
+        ARCHS["llama3-scaled-rope"].__class__(
+            V, 32, 64, 1, 1, 1, 64, rope_theta=5e5, rope_scaling=ARCHS["llama3-scaled-rope"].rope_scaling
+        )
+    )
     wavelen = 2 * np.pi / plain.numpy()
     short, long_ = wavelen < 64 / 4, wavelen > 64 / 1
     assert short.any() and long_.any()
@@ -106,10 +125,12 @@ def test_parity_with_llama_cpp_on_smollm2():
     """llama.cpp runs the Q4_1 weights with 8-bit-quantized activations, the torch backend the same weights
     dequantized in fp32: logits agree to within quantization noise, and greedy output is identical except
     where the best two tokens are within 0.6 logits of each other."""
+    from test_llama_cpp import PROMPTS
+
     from localspec.backends.llama_cpp import LlamaCppBackend
     from localspec.chat import Conversation
     from localspec.registry import resolve_model
-    from test_llama_cpp import PROMPTS
+
     path = resolve_model("smollm2-135m")[1]
     tb, lb = TorchBackend(path, n_ctx=512, n_threads=2), LlamaCppBackend(path, n_ctx=512, n_threads=2)
     identical = 0
@@ -130,7 +151,7 @@ def test_parity_with_llama_cpp_on_smollm2():
         if x == y:
             identical += 1
             continue
-        i = next(i for i, (u, v) in enumerate(zip(x, y)) if u != v)
+        i = next(i for i, (u, v) in enumerate(zip(x, y, strict=False)) if u != v)
         tb.truncate(0)
         row = np.sort(tb.forward(list(prompt) + list(x[:i])).logits[-1])
         assert row[-1] - row[-2] < 0.6, f"{text!r}: outputs differ at token {i} where nothing is close"
@@ -139,23 +160,58 @@ def test_parity_with_llama_cpp_on_smollm2():
     tb.close()
 
 
-HF_NAMES = {"attn_norm": "input_layernorm", "q": "self_attn.q_proj", "k": "self_attn.k_proj",
-            "v": "self_attn.v_proj", "o": "self_attn.o_proj", "mlp_norm": "post_attention_layernorm",
-            "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
+HF_NAMES = {
+    "attn_norm": "input_layernorm",
+    "q": "self_attn.q_proj",
+    "k": "self_attn.k_proj",
+    "v": "self_attn.v_proj",
+    "o": "self_attn.o_proj",
+    "mlp_norm": "post_attention_layernorm",
+    "gate": "mlp.gate_proj",
+    "up": "mlp.up_proj",
+    "down": "mlp.down_proj",
+}
+
+
 def write_hf_checkpoint(folder, model_type, seed=0):
     """A tiny checkpoint in the Hugging Face layout: config.json, model.safetensors (HF tensor names),
     and a byte-level BPE tokenizer.json trained here with the tokenizers package."""
     import json
-    from safetensors.torch import save_file
+
     from hf_folder import write_tokenizer
+    from safetensors.torch import save_file
+
     vocab = write_tokenizer(folder)
-    cfg = {"model_type": model_type, "vocab_size": vocab, "hidden_size": 32, "intermediate_size": 64,
-           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6,
-           "rope_theta": 10000.0, "tie_word_embeddings": model_type == "qwen2", "max_position_embeddings": 512}
+    cfg = {
+        "model_type": model_type,
+        "vocab_size": vocab,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": model_type == "qwen2",
+        "max_position_embeddings": 512,
+    }
     (folder / "config.json").write_text(json.dumps(cfg))
     torch.manual_seed(seed)
-    model = Decoder(DecoderConfig(vocab, 32, 64, 2, 4, 2, 8, rms_eps=1e-6, attn_bias=model_type == "qwen2",
-                                  tie_embeddings=model_type == "qwen2", max_positions=512))
+    model = Decoder(
+        DecoderConfig(
+            vocab,
+            32,
+            64,
+            2,
+            4,
+            2,
+            8,
+            rms_eps=1e-6,
+            attn_bias=model_type == "qwen2",
+            tie_embeddings=model_type == "qwen2",
+            max_positions=512,
+        )
+    )
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(4.0)
@@ -173,6 +229,7 @@ def write_hf_checkpoint(folder, model_type, seed=0):
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
 def test_hugging_face_folder_loads_weights_tokenizer_and_chat_template(tmp_path, model_type):
     from localspec.chat import Conversation
+
     reference = write_hf_checkpoint(tmp_path, model_type)
     backend = TorchBackend(tmp_path, n_ctx=256, n_threads=2)
     text = "hello world, naïve fox"
@@ -193,6 +250,7 @@ def test_hugging_face_folder_loads_weights_tokenizer_and_chat_template(tmp_path,
 
 def test_unsupported_or_broken_folders_are_clear_errors(tmp_path):
     from localspec.errors import ModelError
+
     (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
     with pytest.raises(ModelError, match="model_type 'gpt2'"):
         TorchBackend(tmp_path)
@@ -205,29 +263,45 @@ def test_unsupported_or_broken_folders_are_clear_errors(tmp_path):
 def write_eagle_head(folder, target, fmt="bin", seed=1, with_embed=True):
     """A random EAGLE-1/2 head in the released format (tensor names and config keys of the EAGLE code)."""
     import json
+
     cfg = target.model.cfg
     torch.manual_seed(seed)
     h, inter, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
-    state = {"fc.weight": torch.randn(h, 2 * h) * 0.3, "fc.bias": torch.randn(h) * 0.1,
-             "layers.0.self_attn.q_proj.weight": torch.randn(cfg.n_heads * hd, h) * 0.3,
-             "layers.0.self_attn.k_proj.weight": torch.randn(cfg.n_kv_heads * hd, h) * 0.3,
-             "layers.0.self_attn.v_proj.weight": torch.randn(cfg.n_kv_heads * hd, h) * 0.3,
-             "layers.0.self_attn.o_proj.weight": torch.randn(h, cfg.n_heads * hd) * 0.3,
-             "layers.0.mlp.gate_proj.weight": torch.randn(inter, h) * 0.3,
-             "layers.0.mlp.up_proj.weight": torch.randn(inter, h) * 0.3,
-             "layers.0.mlp.down_proj.weight": torch.randn(h, inter) * 0.3,
-             "layers.0.post_attention_layernorm.weight": torch.ones(h)}
+    state = {
+        "fc.weight": torch.randn(h, 2 * h) * 0.3,
+        "fc.bias": torch.randn(h) * 0.1,
+        "layers.0.self_attn.q_proj.weight": torch.randn(cfg.n_heads * hd, h) * 0.3,
+        "layers.0.self_attn.k_proj.weight": torch.randn(cfg.n_kv_heads * hd, h) * 0.3,
+        "layers.0.self_attn.v_proj.weight": torch.randn(cfg.n_kv_heads * hd, h) * 0.3,
+        "layers.0.self_attn.o_proj.weight": torch.randn(h, cfg.n_heads * hd) * 0.3,
+        "layers.0.mlp.gate_proj.weight": torch.randn(inter, h) * 0.3,
+        "layers.0.mlp.up_proj.weight": torch.randn(inter, h) * 0.3,
+        "layers.0.mlp.down_proj.weight": torch.randn(h, inter) * 0.3,
+        "layers.0.post_attention_layernorm.weight": torch.ones(h),
+    }
     if with_embed:
         state["embed_tokens.weight"] = target.model.embed.weight.detach().clone()
     folder.mkdir(exist_ok=True)
-    (folder / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "hidden_size": h, "intermediate_size": inter,
-        "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.n_kv_heads, "num_hidden_layers": 1,
-        "rms_norm_eps": cfg.rms_eps, "vocab_size": cfg.vocab_size, "bias": True}))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "hidden_size": h,
+                "intermediate_size": inter,
+                "num_attention_heads": cfg.n_heads,
+                "num_key_value_heads": cfg.n_kv_heads,
+                "num_hidden_layers": 1,
+                "rms_norm_eps": cfg.rms_eps,
+                "vocab_size": cfg.vocab_size,
+                "bias": True,
+            }
+        )
+    )
     if fmt == "bin":
         torch.save(state, folder / "pytorch_model.bin")
     else:
         from safetensors.torch import save_file
+
         save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "model.safetensors"))
 
 
@@ -235,6 +309,7 @@ def write_eagle_head(folder, target, fmt="bin", seed=1, with_embed=True):
 @pytest.mark.parametrize("name", ["llama-gqa", "qwen2-bias-tied"])
 def test_eagle_head_drafts_and_output_stays_the_targets(tmp_path, name, fmt, with_embed):
     from localspec.drafters.eagle import EagleDrafter
+
     backend = tiny(name)
     write_eagle_head(tmp_path / "head", backend, fmt, with_embed=with_embed)
     prompt = [1, 2, 3, 4, 1, 2, 3]
@@ -247,14 +322,22 @@ def test_eagle_head_drafts_and_output_stays_the_targets(tmp_path, name, fmt, wit
     # what the last step verified
     assert drafter._first == 0 and out.stats.drafter["eagle_positions_fed"] >= len(prompt) - 1 + 60 - 4
     assert out.stats.drafted > 30
-    sampled = generate(backend, drafter, prompt, SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
-                       max_tokens=40, draft_tokens=3, rng=np.random.default_rng(0))
+    sampled = generate(
+        backend,
+        drafter,
+        prompt,
+        SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
+        max_tokens=40,
+        draft_tokens=3,
+        rng=np.random.default_rng(0),
+    )
     assert sampled.stats.rule_comparison()["positions"] > 0  # drafts carry q at temperature > 0
 
 
 def test_eagle_needs_the_torch_backend_and_a_real_head(tmp_path):
     from localspec.drafters.eagle import EagleDrafter
     from localspec.errors import ConfigError, ModelError
+
     with pytest.raises(ConfigError, match="hidden states.*--backend torch"):
         EagleDrafter(ScriptedBackend(), tmp_path)
     (tmp_path / "config.json").write_text("{}")
@@ -265,14 +348,32 @@ def test_eagle_needs_the_torch_backend_and_a_real_head(tmp_path):
 
 @pytest.mark.model
 def test_cli_runs_smollm2_on_torch_with_an_eagle_head(tmp_path):
-    from localspec.registry import resolve_model
-    from test_cli import run_cli
     import json
+
+    from test_cli import run_cli
+
+    from localspec.registry import resolve_model
+
     target = TorchBackend(resolve_model("smollm2-135m")[1], n_ctx=256, n_threads=2)
     write_eagle_head(tmp_path / "head", target, "safetensors", with_embed=False)
     target.close()
-    result = run_cli("run", "--json", "--backend", "torch", "--drafter", "eagle", "--eagle-head",
-                     str(tmp_path / "head"), "-t", "0", "-n", "12", "--draft-tokens", "2", "Count to five.")
+    result = run_cli(
+        "run",
+        "--json",
+        "--backend",
+        "torch",
+        "--drafter",
+        "eagle",
+        "--eagle-head",
+        str(tmp_path / "head"),
+        "-t",
+        "0",
+        "-n",
+        "12",
+        "--draft-tokens",
+        "2",
+        "Count to five.",
+    )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["drafter"] == "eagle" and out["stats"]["generated_tokens"] == 12 and out["stats"]["drafted"] > 0

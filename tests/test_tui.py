@@ -1,11 +1,12 @@
 """The Textual chat driven by a pilot, on a scripted model (no weights)."""
+
 import asyncio
 import json
 import time
 
 import pytest
-
 from fakes import ScriptedBackend
+
 from localspec.chat_store import SavedChat, load_chat
 from localspec.drafters import DrafterOptions, make_drafter
 from localspec.errors import ModelError
@@ -30,8 +31,15 @@ def make_app(tmp_path, backend=None, max_tokens=40, chat=None, fail=False, draft
             raise ModelError("model file not found: /nowhere.gguf; check the path")
         progress("loading the model 100%")
         options = DrafterOptions(suffix_cache_dir=str(tmp_path / "suffix"))
-        return Session(backend, make_drafter(drafter, backend, options), SamplingParams(temperature=0),
-                       "scripted-model", max_tokens=max_tokens, speclen=FixedK(4), drafter_options=options)
+        return Session(
+            backend,
+            make_drafter(drafter, backend, options),
+            SamplingParams(temperature=0),
+            "scripted-model",
+            max_tokens=max_tokens,
+            speclen=FixedK(4),
+            drafter_options=options,
+        )
 
     return ChatApp(open_session, chat or SavedChat.new("scripted-model"), save_dir=tmp_path)
 
@@ -69,6 +77,7 @@ def test_send_a_message_streams_the_answer_and_updates_stats(tmp_path):
             assert "scripted-model" in text_of(app.query_one(StatusBar))
             saved = json.loads((tmp_path / f"{app.chat.id}.json").read_text())
             assert saved["messages"][1]["content"] == answer and saved["messages"][1]["stats"]["generated_tokens"] == 40
+
     asyncio.run(run())
 
 
@@ -88,6 +97,7 @@ def test_escape_stops_the_answer_and_keeps_what_was_said(tmp_path):
             # the cache was rolled back to the context minus the pending token: the next turn works
             await send(pilot, app, "bca")
             await wait_for(pilot, lambda: len(app.chat.conversation.messages) == 4 and not app.generating, 30)
+
     asyncio.run(run())
 
 
@@ -121,6 +131,7 @@ def test_slash_commands(tmp_path):
             await send(pilot, app, "/clear")
             await pilot.pause(0.1)
             assert app.chat.conversation.messages == [] and not list(app.query(Turn))
+
     asyncio.run(run())
 
 
@@ -139,6 +150,7 @@ def test_resume_shows_the_saved_chat_and_continues_it(tmp_path, monkeypatch):
             assert [t.text for t in app.query(Turn)] == ["abc", "hello there"]
             await send(pilot, app, "cab")
             await wait_for(pilot, lambda: len(app.chat.conversation.messages) == 4 and not app.generating)
+
     asyncio.run(run())
 
 
@@ -151,6 +163,7 @@ def test_a_model_error_is_shown_and_the_app_stays_up(tmp_path):
             await send(pilot, app, "/help")
             await pilot.pause(0.1)
             assert any("/drafter NAME" in text_of(w) for w in app.query(".note"))
+
     asyncio.run(run())
 
 
@@ -168,6 +181,7 @@ def test_layout_fits_small_and_large_terminals(tmp_path, size):
                 assert region.right <= size[0] and region.bottom <= size[1], selector
             assert app.query_one("#conversation").region.width >= size[0] - 36
             app.save_screenshot(str(tmp_path / f"chat-{size[0]}x{size[1]}.svg"))
+
     asyncio.run(run())
 
 
@@ -180,8 +194,14 @@ def test_real_smollm2_answers_in_the_app(tmp_path):
         _, path = resolve_model("smollm2-135m")
         backend = LlamaCppBackend(path, n_ctx=1024, on_load=lambda f: progress(f"loading {f:.0%}"))
         options = DrafterOptions(suffix_cache_dir=str(tmp_path / "suffix"))
-        return Session(backend, make_drafter("suffix", backend, options), SamplingParams(temperature=0),
-                       "smollm2-135m", max_tokens=32, drafter_options=options)
+        return Session(
+            backend,
+            make_drafter("suffix", backend, options),
+            SamplingParams(temperature=0),
+            "smollm2-135m",
+            max_tokens=32,
+            drafter_options=options,
+        )
 
     async def run():
         app = ChatApp(open_session, SavedChat.new("smollm2-135m"), save_dir=tmp_path)
@@ -192,6 +212,7 @@ def test_real_smollm2_answers_in_the_app(tmp_path):
             answer = app.chat.conversation.messages[1]
             assert answer["content"].strip() and app.chat.stats[1]["generated_tokens"] > 0
             assert "smollm2-135m · llama.cpp · suffix" in text_of(app.query_one(StatusBar))
+
     asyncio.run(run())
 
 
@@ -206,6 +227,7 @@ def test_quitting_mid_answer_keeps_the_answer_so_far(tmp_path):
         saved = json.loads((tmp_path / f"{app.chat.id}.json").read_text())
         assert [m["role"] for m in saved["messages"]] == ["user", "assistant"]
         assert len(saved["messages"][1]["content"]) > 5
+
     asyncio.run(run())
 
 
@@ -231,4 +253,5 @@ def test_an_unexpected_engine_error_is_reported_and_the_chat_goes_on(tmp_path):
             backend.broken = False  # the same chat keeps working
             await send(pilot, app, "abc")
             await wait_for(pilot, lambda: len(app.chat.conversation.messages) == 2 and not app.generating)
+
     asyncio.run(run())

@@ -1,9 +1,10 @@
 """Layout snapshots at 80x24 and 120x40 (pytest-textual-snapshot; `pytest --snapshot-update` rewrites them
 after an intended change — look at the SVGs before committing). Only deterministic content is shown: a
 resumed chat, no timings."""
-import pytest
 
+import pytest
 from fakes import ScriptedBackend
+
 from localspec.chat import Conversation
 from localspec.chat_store import SavedChat
 from localspec.drafters import make_drafter
@@ -29,8 +30,9 @@ def make_app():
     backend = ScriptedBackend(n_ctx=4096)
 
     def open_session(progress):
-        return Session(backend, make_drafter("ngram"), SamplingParams(temperature=0), "scripted-model",
-                       speclen=FixedK(4))
+        return Session(
+            backend, make_drafter("ngram"), SamplingParams(temperature=0), "scripted-model", speclen=FixedK(4)
+        )
 
     app = ChatApp(open_session, chat, save_dir=None)
     app.memory_mb = lambda: 123.0

@@ -1,10 +1,11 @@
 """Vocabulary compatibility of a draft model with its target: scripted vocabularies, then the real GGUFs
 of ../shared/models (Qwen2.5-Coder 0.5B/1.5B, SmolLM2-135M, Gemma-3-270M) when they are fetched."""
+
 from pathlib import Path
 
 import pytest
-
 from fakes import ScriptedBackend
+
 from localspec.errors import ConfigError
 from localspec.vocab import shared_vocab
 
@@ -52,14 +53,17 @@ def test_special_tokens_must_agree():
         shared_vocab(Vocab(40, eos=2), Vocab(40, eos=3))
 
 
-needs_models = pytest.mark.skipif(not (QWEN15.exists() and QWEN05.exists() and GEMMA.exists()),
-                                  reason="real models not fetched: ../shared/models/fetch.sh")
+needs_models = pytest.mark.skipif(
+    not (QWEN15.exists() and QWEN05.exists() and GEMMA.exists()),
+    reason="real models not fetched: ../shared/models/fetch.sh",
+)
 
 
 @pytest.fixture(scope="module")
 def real():
     from localspec.backends.llama_cpp import LlamaCppBackend
     from localspec.registry import resolve_model
+
     paths = {"qwen1.5": QWEN15, "qwen0.5": QWEN05, "gemma": GEMMA, "smollm2": resolve_model("smollm2-135m")[1]}
     loaded = {k: LlamaCppBackend(p, n_ctx=64, n_threads=2) for k, p in paths.items()}
     yield loaded
@@ -75,8 +79,10 @@ def test_real_qwen_pair_is_compatible(real):
 
 @pytest.mark.model
 @needs_models
-@pytest.mark.parametrize("draft,first_difference", [("smollm2", "tokenizer 'gpt2/smollm' vs the target's 'gpt2/qwen2'"),
-                                                   ("gemma", "tokenizer 'llama/default'")])
+@pytest.mark.parametrize(
+    "draft,first_difference",
+    [("smollm2", "tokenizer 'gpt2/smollm' vs the target's 'gpt2/qwen2'"), ("gemma", "tokenizer 'llama/default'")],
+)
 def test_real_other_families_are_refused(real, draft, first_difference):
     with pytest.raises(ConfigError) as err:
         shared_vocab(real["qwen1.5"], real[draft], ["qwen2.5-coder-0.5b"])

@@ -5,6 +5,7 @@ its tiled K-quant matmuls, which Q4_K models (most GGUFs users run) do. Rows of 
 every weight matrix here has a multiple of 256 columns. The vocabulary is the 256 bytes (a byte-level BPE
 with one merge) plus an end-of-text token: tests feed token ids, not text.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,7 +18,9 @@ EMBD, FF, HEADS, KV_HEADS, LAYERS = 256, 512, 4, 2, 2
 
 def _bytes_to_unicode() -> list[str]:
     """GPT-2's printable stand-in character for each byte value."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    keep = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars, extra = {}, 0
     for b in range(256):
         if b in keep:
@@ -39,6 +42,7 @@ def _q4_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
 
 def write_tiny_llama(path: Path, seed: int = 0) -> Path:
     import gguf
+
     rng = np.random.default_rng(seed)
     vocab = _bytes_to_unicode() + ["ab", "<|endoftext|>"]  # llama.cpp's BPE loader wants a merge
     head_dim = EMBD // HEADS
@@ -66,9 +70,15 @@ def write_tiny_llama(path: Path, seed: int = 0) -> Path:
     w.add_tensor("output_norm.weight", np.ones(EMBD, dtype=np.float32))
     w.add_tensor("output.weight", _q4_k(rng, len(vocab), EMBD), raw_dtype=q4k)
     for i in range(LAYERS):
-        for name, rows, cols in (("attn_q", EMBD, EMBD), ("attn_k", KV_HEADS * head_dim, EMBD),
-                                 ("attn_v", KV_HEADS * head_dim, EMBD), ("attn_output", EMBD, EMBD),
-                                 ("ffn_gate", FF, EMBD), ("ffn_up", FF, EMBD), ("ffn_down", EMBD, FF)):
+        for name, rows, cols in (
+            ("attn_q", EMBD, EMBD),
+            ("attn_k", KV_HEADS * head_dim, EMBD),
+            ("attn_v", KV_HEADS * head_dim, EMBD),
+            ("attn_output", EMBD, EMBD),
+            ("ffn_gate", FF, EMBD),
+            ("ffn_up", FF, EMBD),
+            ("ffn_down", EMBD, FF),
+        ):
             w.add_tensor(f"blk.{i}.{name}.weight", _q4_k(rng, rows, cols), raw_dtype=q4k)
         w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(EMBD, dtype=np.float32))
         w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(EMBD, dtype=np.float32))

@@ -3,18 +3,19 @@
 The backend owns the cache; the engine only asks for it to be extended (prefill, forward) or cut back
 (truncate). ``cached_tokens`` are the tokens whose keys/values are in the cache, position i at index i.
 """
+
 from __future__ import annotations
 
 import codecs
 import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
 
 from localspec.chat_template import render_chat
 from localspec.types import ForwardOut
 
-Progress = Optional[Callable[[int, int], None]]  # (done, total) tokens
+Progress = Callable[[int, int], None] | None  # (done, total) tokens
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,10 @@ class Backend:
     n_ctx: int
     vocab_size: int
     eog_tokens: frozenset[int]
-    bos_token: Optional[int] = None
-    eos_token: Optional[int] = None
+    bos_token: int | None = None
+    eos_token: int | None = None
     add_bos: bool = False
-    chat_template: Optional[str] = None
+    chat_template: str | None = None
     model_name: str = ""
 
     def __init__(self) -> None:
@@ -73,15 +74,16 @@ class Backend:
             self._tokenizer_key = h.hexdigest()
         return self._tokenizer_key
 
-    def detokenizer(self) -> "StreamDetokenizer":
+    def detokenizer(self) -> StreamDetokenizer:
         return StreamDetokenizer(self.token_bytes)
 
     def chat_tokens(self, messages: Sequence[dict], add_generation_prompt: bool = True) -> list[int]:
         """The conversation rendered with the model's own chat template, as token ids."""
         bos = self.token_text(self.bos_token) if self.bos_token is not None else ""
         eos = self.token_text(self.eos_token) if self.eos_token is not None else ""
-        text = render_chat(self.chat_template, messages, add_generation_prompt=add_generation_prompt,
-                           bos_token=bos, eos_token=eos)
+        text = render_chat(
+            self.chat_template, messages, add_generation_prompt=add_generation_prompt, bos_token=bos, eos_token=eos
+        )
         tokens = self.tokenize(text, special=True)
         if self.add_bos and self.bos_token is not None and tokens[:1] != [self.bos_token]:
             tokens.insert(0, self.bos_token)
@@ -120,7 +122,7 @@ class Backend:
         """What besides the model file decides a forward's cost: library version, device, dtype, threads."""
         return ""
 
-    def cost_key(self) -> Optional[str]:
+    def cost_key(self) -> str | None:
         """Identifies what verify windows cost on this machine (the controller's curve is kept per key):
         the model file (path, size, mtime), the backend and its build. None: nothing to key it by."""
         path = getattr(self, "path", None)
@@ -130,8 +132,9 @@ class Backend:
             return None
         if stat is None:
             return None
-        return (f"{self.name}|{Path(path).resolve()}|{stat.st_size}|{int(stat.st_mtime)}|{self.build_id()}|"
-                f"ctx {self.n_ctx}")
+        return (
+            f"{self.name}|{Path(path).resolve()}|{stat.st_size}|{int(stat.st_mtime)}|{self.build_id()}|ctx {self.n_ctx}"
+        )
 
     def memory_bytes(self) -> int:
         return 0
@@ -200,9 +203,10 @@ class ModelBackend(Backend):
 
     def _chunked(self, tokens: Sequence[int], progress: Progress, features: bool):
         import numpy as np
+
         rows = []
         for start in range(0, len(tokens), self.PREFILL_CHUNK):
-            chunk = tokens[start:start + self.PREFILL_CHUNK]
+            chunk = tokens[start : start + self.PREFILL_CHUNK]
             out = self._prefill_chunk(chunk, features)
             if features:
                 rows.append(out)

@@ -3,15 +3,16 @@
 Logits are requested only for the tokens of a verify window (never ``logits_all``); rollback is
 ``llama_memory_seq_rm``; model, context and batch are owned here and freed in ``close()``.
 """
+
 from __future__ import annotations
 
 import ctypes
 import os
-from dataclasses import replace
 from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -30,15 +31,18 @@ def check_gguf(path: Path) -> Path:
     """A clear error for the usual ways a model path is wrong, before llama.cpp sees it."""
     path = Path(path).expanduser()
     if not path.exists():
-        raise ModelError(f"model file not found: {path}; check the path, or give a model alias "
-                         f"(`localspec list` shows them)")
+        raise ModelError(
+            f"model file not found: {path}; check the path, or give a model alias (`localspec list` shows them)"
+        )
     if not path.is_file():
         raise ModelError(f"model path is not a file: {path}; give the .gguf file inside it")
     with path.open("rb") as f:
         magic = f.read(4)
     if magic != GGUF_MAGIC:
-        raise ModelError(f"{path} is not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r}); "
-                         f"llama.cpp needs a .gguf model — convert it or download the GGUF version")
+        raise ModelError(
+            f"{path} is not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r}); "
+            f"llama.cpp needs a .gguf model — convert it or download the GGUF version"
+        )
     return path
 
 
@@ -48,8 +52,9 @@ def _lib():
     try:
         import llama_cpp
     except ImportError as exc:
-        raise ConfigError("the llama.cpp backend needs llama-cpp-python: pip install 'localspec[llamacpp]' "
-                          f"({exc})") from exc
+        raise ConfigError(
+            f"the llama.cpp backend needs llama-cpp-python: pip install 'localspec[llamacpp]' ({exc})"
+        ) from exc
 
     @llama_cpp.llama_log_callback
     def log(level: int, text: bytes, user_data) -> None:
@@ -67,7 +72,7 @@ def _lib():
 _ATTR_UNDEFINED, _ATTR_UNUSED = 0, 2  # llama_token_attr flags
 
 
-def avoid_amx_buffers(cpu_flags: Optional[str] = None, system_info: Optional[str] = None) -> bool:
+def avoid_amx_buffers(cpu_flags: str | None = None, system_info: str | None = None) -> bool:
     """True when llama.cpp would put weights in its AMX buffer type, which segfaults on the first decode
     (ggml_backend_amx_mul_mat, seen on Xeons with AMX). Such weights stay in plain CPU buffers instead."""
     if cpu_flags is None:
@@ -84,10 +89,19 @@ class LlamaCppBackend(Backend):
     name = "llama.cpp"
     capabilities = Capabilities(can_truncate=True, hidden_states=False, tree_attention=False)
 
-    def __init__(self, path, *, n_ctx: Optional[int] = None, n_threads: Optional[int] = None,
-                 n_gpu_layers: int = 0, n_batch: int = 512, extra_buffers: Optional[bool] = None,
-                 on_load: Optional[Callable[[float], None]] = None, vocab_only: bool = False,
-                 batch_invariant: bool = False) -> None:
+    def __init__(
+        self,
+        path,
+        *,
+        n_ctx: int | None = None,
+        n_threads: int | None = None,
+        n_gpu_layers: int = 0,
+        n_batch: int = 512,
+        extra_buffers: bool | None = None,
+        on_load: Callable[[float], None] | None = None,
+        vocab_only: bool = False,
+        batch_invariant: bool = False,
+    ) -> None:
         """vocab_only: load the tokenizer and metadata, no weights and no context (a tokenizer for other
         backends reading the same GGUF). batch_invariant: weights stay unrepacked, so that
         ``set_batch_invariant(True)`` can make verify windows compute as 1-token steps
@@ -105,18 +119,22 @@ class LlamaCppBackend(Backend):
         elif batch_invariant or avoid_amx_buffers():  # repacked weights compute 1 and 4+ tokens differently
             mparams.use_extra_bufts = False
         if on_load is not None:
+
             def report(fraction: float, user_data) -> bool:
                 on_load(fraction)
                 return True  # keep loading
+
             self._progress = lib.llama_progress_callback(report)
             mparams.progress_callback = self._progress
         _LOG_LINES.clear()
         self._repack = bool(mparams.use_extra_bufts)
         self._model = lib.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
-            raise ModelError(f"llama.cpp could not load {self.path}: {_last_error()}; the file may be "
-                             f"truncated or of an architecture this llama.cpp build does not know — "
-                             f"download it again or update llama-cpp-python")
+            raise ModelError(
+                f"llama.cpp could not load {self.path}: {_last_error()}; the file may be "
+                f"truncated or of an architecture this llama.cpp build does not know — "
+                f"download it again or update llama-cpp-python"
+            )
         self._vocab = lib.llama_model_get_vocab(self._model)
         self.vocab_size = lib.llama_vocab_n_tokens(self._vocab)
         train_ctx = lib.llama_model_n_ctx_train(self._model)
@@ -136,8 +154,10 @@ class LlamaCppBackend(Backend):
         cparams.no_perf = True
         self._ctx = lib.llama_init_from_model(self._model, cparams)
         if not self._ctx:
-            raise ModelError(f"llama.cpp could not create a context of {self.n_ctx} tokens for {self.path}: "
-                             f"{_last_error()}; try a smaller --ctx")
+            raise ModelError(
+                f"llama.cpp could not create a context of {self.n_ctx} tokens for {self.path}: "
+                f"{_last_error()}; try a smaller --ctx"
+            )
         self._mem = lib.llama_get_memory(self._ctx)
         self._batch = lib.llama_batch_init(self.n_batch, 0, 1)
         if batch_invariant and not mparams.use_extra_bufts:
@@ -161,10 +181,10 @@ class LlamaCppBackend(Backend):
         self._pieces: dict[tuple[int, bool], bytes] = {}
 
     @staticmethod
-    def _special(token: int) -> Optional[int]:
+    def _special(token: int) -> int | None:
         return token if token >= 0 else None
 
-    def metadata(self, key: str) -> Optional[str]:
+    def metadata(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(4096)
         n = self._lib.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
         return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
@@ -216,7 +236,7 @@ class LlamaCppBackend(Backend):
     def prefill(self, tokens: Sequence[int], progress: Progress = None) -> None:
         done = 0
         for start in range(0, len(tokens), self.n_batch):
-            chunk = tokens[start:start + self.n_batch]
+            chunk = tokens[start : start + self.n_batch]
             self._decode(chunk, logits=False)
             done += len(chunk)
             if progress is not None:
@@ -227,7 +247,7 @@ class LlamaCppBackend(Backend):
             raise ConfigError("the llama.cpp backend does not return hidden states")
         rows = []
         for start in range(0, len(tokens), self.n_batch):
-            chunk = tokens[start:start + self.n_batch]
+            chunk = tokens[start : start + self.n_batch]
             self._decode(chunk, logits=True)
             ptr = self._lib.llama_get_logits(self._ctx)
             rows.append(np.ctypeslib.as_array(ptr, shape=(len(chunk), self.vocab_size)).copy())
@@ -253,8 +273,9 @@ class LlamaCppBackend(Backend):
         if ret != 0:
             self._lib.llama_memory_seq_rm(self._mem, 0, start, -1)
             if ret == 1:
-                raise ContextOverflow(f"llama.cpp found no room in its KV cache ({self.n_ctx} tokens); "
-                                      f"start a new chat or raise --ctx")
+                raise ContextOverflow(
+                    f"llama.cpp found no room in its KV cache ({self.n_ctx} tokens); start a new chat or raise --ctx"
+                )
             raise ModelError(f"llama_decode failed with code {ret}: {_last_error()}")
         self._tokens.extend(int(t) for t in tokens)
 
@@ -262,8 +283,10 @@ class LlamaCppBackend(Backend):
     def build_id(self) -> str:
         lib = self._lib
         info = lib.llama_print_system_info().decode(errors="replace")
-        return (f"llama-cpp-python {getattr(lib, '__version__', '?')} [{info.strip()}] threads {self.n_threads} "
-                f"gpu_layers {self._gpu_layers} batch {self.n_batch} repack {'on' if self._repack else 'off'}")
+        return (
+            f"llama-cpp-python {getattr(lib, '__version__', '?')} [{info.strip()}] threads {self.n_threads} "
+            f"gpu_layers {self._gpu_layers} batch {self.n_batch} repack {'on' if self._repack else 'off'}"
+        )
 
     def memory_bytes(self) -> int:
         return int(self._lib.llama_model_size(self._model)) if self._model else 0

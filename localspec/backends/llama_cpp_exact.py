@@ -22,13 +22,15 @@ llama.cpp reaches the context's CPU backend only through ``llama_context::get_sc
 function libllama exports; where it or the CPU backend's switch is missing this returns None and the
 exact guard's near-tie margin stands in (localspec/exact_guard.py).
 """
+
 from __future__ import annotations
 
 import ctypes
-from typing import Optional
 
-_GET_SCHED = ("_ZNK13llama_context9get_schedEv",  # Itanium C++ ABI (Linux, macOS)
-              "?get_sched@llama_context@@QEBAPEAUggml_backend_sched@@XZ")  # MSVC x64
+_GET_SCHED = (
+    "_ZNK13llama_context9get_schedEv",  # Itanium C++ ABI (Linux, macOS)
+    "?get_sched@llama_context@@QEBAPEAUggml_backend_sched@@XZ",
+)  # MSVC x64
 
 
 class CpuReferenceMode:
@@ -44,19 +46,22 @@ class CpuReferenceMode:
             self.on = on
 
 
-def cpu_reference_mode(ctx) -> Optional[CpuReferenceMode]:
+def cpu_reference_mode(ctx) -> CpuReferenceMode | None:
     """The switch for context ``ctx`` (a llama_context pointer), or None where this build lacks a piece."""
     from llama_cpp import _ggml, llama_cpp
+
     ggml, llama_lib = _ggml.libggml, llama_cpp._lib
     get_sched = next((getattr(llama_lib, name) for name in _GET_SCHED if hasattr(llama_lib, name)), None)
     if get_sched is None or not hasattr(ggml, "ggml_backend_reg_get_proc_address"):
         return None
     get_sched.argtypes, get_sched.restype = [ctypes.c_void_p], ctypes.c_void_p
-    for name, args, res in (("ggml_backend_sched_get_n_backends", [ctypes.c_void_p], ctypes.c_int),
-                            ("ggml_backend_sched_get_backend", [ctypes.c_void_p, ctypes.c_int], ctypes.c_void_p),
-                            ("ggml_backend_name", [ctypes.c_void_p], ctypes.c_char_p),
-                            ("ggml_backend_reg_by_name", [ctypes.c_char_p], ctypes.c_void_p),
-                            ("ggml_backend_reg_get_proc_address", [ctypes.c_void_p, ctypes.c_char_p], ctypes.c_void_p)):
+    for name, args, res in (
+        ("ggml_backend_sched_get_n_backends", [ctypes.c_void_p], ctypes.c_int),
+        ("ggml_backend_sched_get_backend", [ctypes.c_void_p, ctypes.c_int], ctypes.c_void_p),
+        ("ggml_backend_name", [ctypes.c_void_p], ctypes.c_char_p),
+        ("ggml_backend_reg_by_name", [ctypes.c_char_p], ctypes.c_void_p),
+        ("ggml_backend_reg_get_proc_address", [ctypes.c_void_p, ctypes.c_char_p], ctypes.c_void_p),
+    ):
         fn = getattr(ggml, name)
         fn.argtypes, fn.restype = args, res
     reg = ggml.ggml_backend_reg_by_name(b"CPU")
@@ -65,8 +70,9 @@ def cpu_reference_mode(ctx) -> Optional[CpuReferenceMode]:
     if not address or not sched:
         return None
     set_use_ref = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_bool)(address)
-    backends = [ggml.ggml_backend_sched_get_backend(sched, i)
-                for i in range(ggml.ggml_backend_sched_get_n_backends(sched))]
+    backends = [
+        ggml.ggml_backend_sched_get_backend(sched, i) for i in range(ggml.ggml_backend_sched_get_n_backends(sched))
+    ]
     cpus = [b for b in backends if b and ggml.ggml_backend_name(b) == b"CPU"]
     if len(cpus) != len(backends):  # a GPU computes part of the graph; its kernels are not batch-invariant
         return None

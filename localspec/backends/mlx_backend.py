@@ -10,10 +10,11 @@ Hidden states without touching mlx-lm's code: the decoder layers and the final n
 get a subclass whose call also records its input (a layer) or output (the norm), so EAGLE heads can be
 fed from any architecture that stacks `model.model.layers` and ends with `model.model.norm`.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 import numpy as np
 
@@ -29,23 +30,28 @@ def _mlx():
         import mlx.core as mx
         import mlx_lm  # noqa: F401
     except ImportError as exc:
-        raise ConfigError("the mlx backend needs mlx-lm: pip install 'localspec[mlx]' (on Apple silicon; "
-                          "mlx-lm[cpu] on Linux)") from exc
+        raise ConfigError(
+            "the mlx backend needs mlx-lm: pip install 'localspec[mlx]' (on Apple silicon; mlx-lm[cpu] on Linux)"
+        ) from exc
     return mx
 
 
 class MlxBackend(ModelBackend):
     name = "mlx"
 
-    def __init__(self, path, *, n_ctx: Optional[int] = None, **_ignored) -> None:
+    def __init__(self, path, *, n_ctx: int | None = None, **_ignored) -> None:
         super().__init__()
         _mlx()
         folder = Path(path)
         if not folder.is_dir():
-            raise ModelError(f"{folder}: the mlx backend loads a model folder (config.json + safetensors), as "
-                             f"`localspec pull NAME --backend mlx` downloads; for a .gguf file use --backend llama.cpp")
+            raise ModelError(
+                f"{folder}: the mlx backend loads a model folder (config.json + safetensors), as "
+                f"`localspec pull NAME --backend mlx` downloads; for a .gguf file use --backend llama.cpp"
+            )
         from mlx_lm.utils import load_model
+
         from localspec.backends.torch_hf import HfTokenizer
+
         try:
             model, config = load_model(folder)
         except (ValueError, FileNotFoundError, KeyError) as exc:
@@ -53,22 +59,26 @@ class MlxBackend(ModelBackend):
         self._setup(model, HfTokenizer(folder), n_ctx, config.get("max_position_embeddings"), folder.name)
 
     @classmethod
-    def from_model(cls, model, tokenizer: Backend, n_ctx: int = 512, name: str = "<memory>") -> "MlxBackend":
+    def from_model(cls, model, tokenizer: Backend, n_ctx: int = 512, name: str = "<memory>") -> MlxBackend:
         """A backend around an mlx-lm model built in memory (tests, tools) and any tokenizer backend."""
         self = cls.__new__(cls)
         Backend.__init__(self)
         self._setup(model, tokenizer, n_ctx, None, name)
         return self
 
-    def _setup(self, model, tokenizer: Backend, n_ctx: Optional[int], max_positions: Optional[int], name: str) -> None:
+    def _setup(self, model, tokenizer: Backend, n_ctx: int | None, max_positions: int | None, name: str) -> None:
         from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
+
         self.model, self.tokenizer = model, tokenizer
         self.cache = make_prompt_cache(model)
         inner = getattr(model, "model", None)
         self._inner = inner if inner is not None and hasattr(inner, "layers") and hasattr(inner, "norm") else None
         self.n_ctx = min(n_ctx or DEFAULT_CTX, max_positions or DEFAULT_CTX * 32)
-        self.capabilities = Capabilities(can_truncate=can_trim_prompt_cache(self.cache) and self._never_wraps(),
-                                         hidden_states=self._inner is not None, tree_attention=False)
+        self.capabilities = Capabilities(
+            can_truncate=can_trim_prompt_cache(self.cache) and self._never_wraps(),
+            hidden_states=self._inner is not None,
+            tree_attention=False,
+        )
         self.vocab_size = int(model.args.vocab_size) if hasattr(model, "args") else tokenizer.vocab_size
         self._take_tokenizer(tokenizer)
         self.model_name = name
@@ -82,6 +92,7 @@ class MlxBackend(ModelBackend):
         """A rotating (sliding-window) cache can be trimmed only until it wraps: refuse it unless its window
         holds the whole context."""
         from mlx_lm.models.cache import RotatingKVCache
+
         return all(c.max_size >= self.n_ctx for c in self.cache if isinstance(c, RotatingKVCache))
 
     # -- hidden states --------------------------------------------------------------------------------
@@ -94,6 +105,7 @@ class MlxBackend(ModelBackend):
                 if store.get("on"):
                     store[key(self_)] = out if record_output else x
                 return out
+
             return type(f"Captured{cls.__name__}", (cls,), {"__call__": call})
 
         for i, layer in enumerate(self._inner.layers):
@@ -116,6 +128,7 @@ class MlxBackend(ModelBackend):
     # -- cache ----------------------------------------------------------------------------------------
     def truncate(self, keep: int) -> None:
         from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+
         keep = max(0, keep)
         drop = len(self._tokens) - keep
         if drop <= 0:
@@ -128,7 +141,7 @@ class MlxBackend(ModelBackend):
             self.cache, self._tokens = make_prompt_cache(self.model), []
             self.prefill(kept)
 
-    def _prefill_chunk(self, tokens: Sequence[int], features: bool) -> Optional[np.ndarray]:
+    def _prefill_chunk(self, tokens: Sequence[int], features: bool) -> np.ndarray | None:
         self._run(tokens, logits=False, capture=features)
         return self._features() if features else None
 
@@ -156,10 +169,12 @@ class MlxBackend(ModelBackend):
 
     def build_id(self) -> str:
         import importlib.metadata as meta
+
         return f"mlx {meta.version('mlx')} mlx-lm {meta.version('mlx-lm')} {_mlx().default_device()}"
 
     def memory_bytes(self) -> int:
         from mlx.utils import tree_flatten
+
         params = sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
         return params + sum(c.nbytes for c in self.cache)
 

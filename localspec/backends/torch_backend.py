@@ -4,10 +4,11 @@ Loads a GGUF file (weights dequantized with the `gguf` package; tokenizer and ch
 file through llama.cpp's vocabulary-only loader) or a Hugging Face checkpoint folder (`torch_hf.py`).
 bf16 on CUDA, fp32 on CPU.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 import numpy as np
 
@@ -31,23 +32,35 @@ class TorchBackend(ModelBackend):
     name = "torch"
     capabilities = Capabilities(can_truncate=True, hidden_states=True, tree_attention=True)
 
-    def __init__(self, path, *, n_ctx: Optional[int] = None, n_threads: Optional[int] = None,
-                 device: Optional[str] = None, dtype: Optional[str] = None, hidden_layers: Sequence[int] = (-1,),
-                 **_ignored) -> None:
+    def __init__(
+        self,
+        path,
+        *,
+        n_ctx: int | None = None,
+        n_threads: int | None = None,
+        device: str | None = None,
+        dtype: str | None = None,
+        hidden_layers: Sequence[int] = (-1,),
+        **_ignored,
+    ) -> None:
         super().__init__()
         torch = _torch()
         self.path = Path(path)
         if not self.path.exists():
             raise ModelError(f"{self.path} not found")
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
+        self.dtype = (
+            getattr(torch, dtype) if dtype else (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
+        )
         if n_threads or self.device.type == "cpu":  # on CUDA torch keeps its own: CPU threads hardly matter there
             torch.set_num_threads(n_threads or default_threads())
         if self.path.is_dir():
             from localspec.backends.torch_hf import load_hf
+
             self.model, self.tokenizer = load_hf(self.path, self.dtype)
         else:
             from localspec.backends.llama_cpp import LlamaCppBackend
+
             self.model = load_gguf(self.path, self.dtype)
             self.tokenizer = LlamaCppBackend(self.path, n_ctx=n_ctx or DEFAULT_CTX, vocab_only=True)
         self._setup(n_ctx, hidden_layers)
@@ -63,7 +76,7 @@ class TorchBackend(ModelBackend):
         self._setup(n_ctx, hidden_layers)
         return self
 
-    def _setup(self, n_ctx: Optional[int], hidden_layers: Sequence[int]) -> None:
+    def _setup(self, n_ctx: int | None, hidden_layers: Sequence[int]) -> None:
         self.model.to(self.device).eval()
         cfg = self.model.cfg
         self.n_ctx = min(n_ctx or DEFAULT_CTX, cfg.max_positions)
@@ -86,9 +99,9 @@ class TorchBackend(ModelBackend):
 
     # -- cache ----------------------------------------------------------------------------------------
     def truncate(self, keep: int) -> None:
-        del self._tokens[max(0, keep):]  # positions past the length are simply overwritten later
+        del self._tokens[max(0, keep) :]  # positions past the length are simply overwritten later
 
-    def _prefill_chunk(self, tokens: Sequence[int], features: bool) -> Optional[np.ndarray]:
+    def _prefill_chunk(self, tokens: Sequence[int], features: bool) -> np.ndarray | None:
         _, hidden = self._run(tokens, logits=False, hidden=self.hidden_layers if features else ())
         return self._features(hidden) if features else None
 
@@ -114,11 +127,16 @@ class TorchBackend(ModelBackend):
         for i in range(n):
             if i:
                 depth[i] = depth[up[i]] + 1
-                mask[i, start:start + i] = mask[up[i], start:start + i]
+                mask[i, start : start + i] = mask[up[i], start : start + i]
             mask[i, start + i] = True
         positions = torch.tensor([start + d for d in depth], device=self.device)
-        logits, hidden = self._run(tokens, logits=True, hidden=self.hidden_layers if return_hidden else (),
-                                   positions=positions, mask=mask.to(self.device))
+        logits, hidden = self._run(
+            tokens,
+            logits=True,
+            hidden=self.hidden_layers if return_hidden else (),
+            positions=positions,
+            mask=mask.to(self.device),
+        )
         self._tree_start = start
         return ForwardOut(logits.cpu().numpy(), self._features(hidden) if return_hidden else None)
 
@@ -132,8 +150,8 @@ class TorchBackend(ModelBackend):
             m.k_cache[:, dst] = m.k_cache[:, src]
             m.v_cache[:, dst] = m.v_cache[:, src]
             tokens = [self._tokens[s] for s in src]
-            self._tokens[start:start + len(path)] = tokens
-        del self._tokens[start + len(path):]
+            self._tokens[start : start + len(path)] = tokens
+        del self._tokens[start + len(path) :]
 
     def _run(self, tokens: Sequence[int], logits: bool, hidden: Sequence[int] = (), positions=None, mask=None):
         torch = _torch()
@@ -157,8 +175,17 @@ class TorchBackend(ModelBackend):
 
 
 # -- GGUF ------------------------------------------------------------------------------------------------
-_LAYER_NAMES = {"attn_norm": "attn_norm", "attn_q": "q", "attn_k": "k", "attn_v": "v", "attn_output": "o",
-                "ffn_norm": "mlp_norm", "ffn_gate": "gate", "ffn_up": "up", "ffn_down": "down"}
+_LAYER_NAMES = {
+    "attn_norm": "attn_norm",
+    "attn_q": "q",
+    "attn_k": "k",
+    "attn_v": "v",
+    "attn_output": "o",
+    "ffn_norm": "mlp_norm",
+    "ffn_gate": "gate",
+    "ffn_up": "up",
+    "ffn_down": "down",
+}
 SUPPORTED = ("llama", "qwen2", "mistral")
 
 
@@ -171,11 +198,14 @@ def load_gguf(path: Path, dtype):
         raise ConfigError("reading GGUF weights into PyTorch needs the gguf package: pip install gguf") from exc
     from localspec.backends.torch_decoder import Decoder, DecoderConfig
     from localspec.gguf_meta import read_metadata
+
     meta = read_metadata(path)
     arch = meta.get("general.architecture")
     if arch not in SUPPORTED:
-        raise ModelError(f"{path}: architecture {arch!r} is not one the torch backend implements "
-                         f"({', '.join(SUPPORTED)}); use the llama.cpp backend")
+        raise ModelError(
+            f"{path}: architecture {arch!r} is not one the torch backend implements "
+            f"({', '.join(SUPPORTED)}); use the llama.cpp backend"
+        )
     reader = gguf.GGUFReader(str(path))
     tensors = {t.name: t for t in reader.tensors}
 
@@ -190,12 +220,20 @@ def load_gguf(path: Path, dtype):
     head_dim = int(meta.get(a + "attention.key_length", hidden // n_heads))
     embed = weight("token_embd.weight")
     cfg = DecoderConfig(
-        vocab_size=embed.shape[0], hidden_size=hidden, intermediate_size=int(meta[a + "feed_forward_length"]),
-        n_layers=int(meta[a + "block_count"]), n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim,
+        vocab_size=embed.shape[0],
+        hidden_size=hidden,
+        intermediate_size=int(meta[a + "feed_forward_length"]),
+        n_layers=int(meta[a + "block_count"]),
+        n_heads=n_heads,
+        n_kv_heads=n_kv,
+        head_dim=head_dim,
         rms_eps=float(meta.get(a + "attention.layer_norm_rms_epsilon", 1e-5)),
-        rope_theta=float(meta.get(a + "rope.freq_base", 10000.0)), attn_bias="blk.0.attn_q.bias" in tensors,
-        tie_embeddings="output.weight" not in tensors, max_positions=int(meta.get(a + "context_length", 4096)),
-        rope_freq_factors=tuple(weight("rope_freqs.weight").tolist()) if "rope_freqs.weight" in tensors else None)
+        rope_theta=float(meta.get(a + "rope.freq_base", 10000.0)),
+        attn_bias="blk.0.attn_q.bias" in tensors,
+        tie_embeddings="output.weight" not in tensors,
+        max_positions=int(meta.get(a + "context_length", 4096)),
+        rope_freq_factors=tuple(weight("rope_freqs.weight").tolist()) if "rope_freqs.weight" in tensors else None,
+    )
     state = {"embed.weight": embed, "norm.weight": weight("output_norm.weight")}
     if not cfg.tie_embeddings:
         state["lm_head.weight"] = weight("output.weight")

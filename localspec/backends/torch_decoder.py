@@ -4,11 +4,12 @@ RMSNorm, rotary position embeddings (HF's rotate-half layout, Llama-3 frequency 
 attention through SDPA, SwiGLU MLP, optional q/k/v bias (Qwen2) and tied embeddings. The cache is a fixed
 [layers, positions, kv heads, head dim] buffer indexed by position: truncating is only moving the length.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -26,11 +27,11 @@ class DecoderConfig:
     head_dim: int
     rms_eps: float = 1e-5
     rope_theta: float = 10000.0
-    rope_scaling: Optional[dict] = None  # {"rope_type": "llama3", "factor", "low_freq_factor", ...}
+    rope_scaling: dict | None = None  # {"rope_type": "llama3", "factor", "low_freq_factor", ...}
     attn_bias: bool = False
     tie_embeddings: bool = False
     max_positions: int = 4096
-    rope_freq_factors: Optional[tuple] = field(default=None, repr=False)  # GGUF's rope_freqs tensor
+    rope_freq_factors: tuple | None = field(default=None, repr=False)  # GGUF's rope_freqs tensor
 
 
 def rope_inv_freq(cfg: DecoderConfig) -> torch.Tensor:
@@ -93,8 +94,8 @@ class Decoder(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)
-        self.k_cache: Optional[torch.Tensor] = None
-        self.v_cache: Optional[torch.Tensor] = None
+        self.k_cache: torch.Tensor | None = None
+        self.v_cache: torch.Tensor | None = None
 
     def allocate_cache(self, n_ctx: int) -> None:
         cfg, p = self.cfg, next(self.parameters())
@@ -103,14 +104,19 @@ class Decoder(nn.Module):
         self.v_cache = torch.zeros(shape, dtype=p.dtype, device=p.device)
 
     @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, start: int, logits: bool = True, hidden_layers: Sequence[int] = (),
-                positions: Optional[torch.Tensor] = None, mask: Optional[torch.Tensor] = None
-                ) -> tuple[Optional[torch.Tensor], dict]:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        start: int,
+        logits: bool = True,
+        hidden_layers: Sequence[int] = (),
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor | None, dict]:
         """Run tokens in cache slots start.. start+T-1 (see ``_layers`` for trees). Returns logits [T, vocab]
         (float32) and the hidden states asked for: layer index i -> the input of layer i [T, hidden]
         (-1: the last layer's output after the final norm, what the LM head sees)."""
-        x, hidden = self._layers(self.embed(tokens), start, hidden_layers=hidden_layers, positions=positions,
-                                 mask=mask)
+        x, hidden = self._layers(self.embed(tokens), start, hidden_layers=hidden_layers, positions=positions, mask=mask)
         if not logits:
             return None, hidden
         head = self.embed.weight if self.lm_head is None else self.lm_head.weight
@@ -126,8 +132,9 @@ class Decoder(nn.Module):
         angles = torch.outer(positions.to(torch.float32), self.inv_freq)[:, None, :]
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
-    def attend(self, i: int, layer: Layer, h: torch.Tensor, cos, sin, start: int, lo: int,
-               mask: torch.Tensor) -> torch.Tensor:
+    def attend(
+        self, i: int, layer: Layer, h: torch.Tensor, cos, sin, start: int, lo: int, mask: torch.Tensor
+    ) -> torch.Tensor:
         """Layer i's attention output (o projection applied) for normed inputs h in slots start..; keys and
         values go into the cache when there is one, else attention stays within h (training)."""
         cfg, n = self.cfg, h.shape[0]
@@ -138,8 +145,13 @@ class Decoder(nn.Module):
             end = start + n
             self.k_cache[i, start:end], self.v_cache[i, start:end] = k, v
             k, v = self.k_cache[i, lo:end], self.v_cache[i, lo:end]
-        out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                                             attn_mask=mask, enable_gqa=cfg.n_heads != cfg.n_kv_heads)
+        out = F.scaled_dot_product_attention(
+            q.transpose(0, 1),
+            k.transpose(0, 1),
+            v.transpose(0, 1),
+            attn_mask=mask,
+            enable_gqa=cfg.n_heads != cfg.n_kv_heads,
+        )
         return layer.o(out.transpose(0, 1).reshape(n, cfg.n_heads * cfg.head_dim))
 
     @staticmethod
@@ -147,8 +159,15 @@ class Decoder(nn.Module):
         h = layer.mlp_norm(x)
         return layer.down(F.silu(layer.gate(h)) * layer.up(h))
 
-    def _layers(self, x: torch.Tensor, start: int, lo: int = 0, hidden_layers: Sequence[int] = (),
-                positions: Optional[torch.Tensor] = None, mask: Optional[torch.Tensor] = None):
+    def _layers(
+        self,
+        x: torch.Tensor,
+        start: int,
+        lo: int = 0,
+        hidden_layers: Sequence[int] = (),
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ):
         """x goes into cache slots start..start+n-1. By default slot = position and attention is causal;
         a tree passes each node's rotary ``positions`` and a ``mask`` [n, end - lo] of the slots it sees."""
         n = x.shape[0]

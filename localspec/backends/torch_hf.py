@@ -1,19 +1,27 @@
 """Hugging Face checkpoint folders for the torch backend: config.json, *.safetensors (one file or sharded
 with model.safetensors.index.json), tokenizer.json (through the `tokenizers` package) and the chat template
 and special tokens of tokenizer_config.json / generation_config.json."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 from localspec.backends.base import Backend
 from localspec.errors import ConfigError, ModelError
 
 SUPPORTED = ("llama", "qwen2", "mistral")
-HF_LAYER_NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "q", "self_attn.k_proj": "k",
-          "self_attn.v_proj": "v", "self_attn.o_proj": "o", "post_attention_layernorm": "mlp_norm",
-          "mlp.gate_proj": "gate", "mlp.up_proj": "up", "mlp.down_proj": "down"}
+HF_LAYER_NAMES = {
+    "input_layernorm": "attn_norm",
+    "self_attn.q_proj": "q",
+    "self_attn.k_proj": "k",
+    "self_attn.v_proj": "v",
+    "self_attn.o_proj": "o",
+    "post_attention_layernorm": "mlp_norm",
+    "mlp.gate_proj": "gate",
+    "mlp.up_proj": "up",
+    "mlp.down_proj": "down",
+}
 
 
 def _read_json(path: Path) -> dict:
@@ -27,26 +35,37 @@ def _read_json(path: Path) -> dict:
 
 def decoder_config(folder: Path):
     from localspec.backends.torch_decoder import DecoderConfig
+
     cfg = _read_json(folder / "config.json")
     kind = cfg.get("model_type")
     if kind not in SUPPORTED:
-        raise ModelError(f"{folder}: model_type {kind!r} is not one the torch backend implements "
-                         f"({', '.join(SUPPORTED)})")
+        raise ModelError(
+            f"{folder}: model_type {kind!r} is not one the torch backend implements ({', '.join(SUPPORTED)})"
+        )
     heads = cfg["num_attention_heads"]
     return DecoderConfig(
-        vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"], intermediate_size=cfg["intermediate_size"],
-        n_layers=cfg["num_hidden_layers"], n_heads=heads, n_kv_heads=cfg.get("num_key_value_heads", heads),
-        head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads, rms_eps=cfg.get("rms_norm_eps", 1e-6),
-        rope_theta=cfg.get("rope_theta", 10000.0), rope_scaling=cfg.get("rope_scaling"),
+        vocab_size=cfg["vocab_size"],
+        hidden_size=cfg["hidden_size"],
+        intermediate_size=cfg["intermediate_size"],
+        n_layers=cfg["num_hidden_layers"],
+        n_heads=heads,
+        n_kv_heads=cfg.get("num_key_value_heads", heads),
+        head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+        rms_eps=cfg.get("rms_norm_eps", 1e-6),
+        rope_theta=cfg.get("rope_theta", 10000.0),
+        rope_scaling=cfg.get("rope_scaling"),
         attn_bias=kind == "qwen2" or bool(cfg.get("attention_bias")),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        max_positions=cfg.get("max_position_embeddings", 4096))
+        max_positions=cfg.get("max_position_embeddings", 4096),
+    )
 
 
 def load_hf(folder: Path, dtype):
     """(Decoder with the folder's weights, its tokenizer as a Backend)."""
     from safetensors.torch import load_file
+
     from localspec.backends.torch_decoder import Decoder
+
     cfg = decoder_config(folder)
     index = folder / "model.safetensors.index.json"
     files = sorted(set(_read_json(index)["weight_map"].values())) if index.exists() else ["model.safetensors"]
@@ -67,7 +86,7 @@ def load_hf(folder: Path, dtype):
     return model.to(dtype), HfTokenizer(folder)
 
 
-def _map_name(key: str) -> Optional[str]:
+def _map_name(key: str) -> str | None:
     if key == "model.embed_tokens.weight":
         return "embed.weight"
     if key == "model.norm.weight":
@@ -75,7 +94,7 @@ def _map_name(key: str) -> Optional[str]:
     if key == "lm_head.weight":
         return key
     if key.startswith("model.layers."):
-        rest = key[len("model.layers."):]
+        rest = key[len("model.layers.") :]
         i, _, name = rest.partition(".")
         module, _, part = name.rpartition(".")
         if module in HF_LAYER_NAMES:
@@ -85,15 +104,16 @@ def _map_name(key: str) -> Optional[str]:
 
 def _byte_decoder() -> dict:
     """GPT-2's byte-level alphabet: printable stand-ins for the 256 byte values, reversed."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars, n = list(printable), 0
     for b in range(256):
         if b not in printable:
             printable.append(b)
             chars.append(256 + n)
             n += 1
-    return {chr(c): b for b, c in zip(printable, chars)}
+    return {chr(c): b for b, c in zip(printable, chars, strict=False)}
 
 
 class HfTokenizer(Backend):
@@ -114,8 +134,11 @@ class HfTokenizer(Backend):
         self.chat_template = config.get("chat_template")
         self.model_name = folder.name
         self.vocab_size = self.tok.get_vocab_size(with_added_tokens=True)
-        self._special = {t.content if hasattr(t, "content") else t for t in self.tok.get_added_tokens_decoder().values()
-                         if getattr(t, "special", True)}
+        self._special = {
+            t.content if hasattr(t, "content") else t
+            for t in self.tok.get_added_tokens_decoder().values()
+            if getattr(t, "special", True)
+        }
         self.bos_token = self._id(config.get("bos_token"))
         self.eos_token = self._id(config.get("eos_token"))
         self.add_bos = bool(config.get("add_bos_token", False)) and self.bos_token is not None
@@ -126,7 +149,7 @@ class HfTokenizer(Backend):
         self._byte_level = "ByteLevel" in json.dumps(spec.get("decoder") or {})
         self._kind = (spec.get("model") or {}).get("type", "")
 
-    def _id(self, token) -> Optional[int]:
+    def _id(self, token) -> int | None:
         if isinstance(token, dict):
             token = token.get("content")
         return self.tok.token_to_id(token) if token else None

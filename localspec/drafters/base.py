@@ -4,9 +4,10 @@ Lifecycle per turn: ``begin(prompt)``, then per step ``propose(context, max_toke
 ``observe(verdict)``, then ``end()``. ``context`` is always the whole token sequence so far (prompt plus
 emitted tokens); it only grows within a turn.
 """
+
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -24,11 +25,11 @@ def match_confidence(match_len: int) -> float:
 class Drafter:
     name = "none"
     needs_hidden_states = False
-    sampling: Optional[SamplingParams] = None  # the target's sampler settings, set by the engine per turn
+    sampling: SamplingParams | None = None  # the target's sampler settings, set by the engine per turn
     catchup_s = 0.0  # seconds the last propose spent catching up on context rather than drafting
     # seconds per drafted token, for the controller until it has timed drafting: 0 for a lookup (n-gram,
     # suffix), None when unknown (a network: the first call drafts a short window to find out)
-    cost_per_token: Optional[float] = 0.0
+    cost_per_token: float | None = 0.0
 
     def use_sampling(self, sampling: SamplingParams) -> None:
         """Drafters with their own distributions q draw them with the target's sampler settings."""
@@ -37,7 +38,7 @@ class Drafter:
     def begin(self, prompt: Sequence[int]) -> None:
         pass
 
-    def propose(self, context: Sequence[int], max_tokens: int, hidden: Optional[np.ndarray] = None) -> Draft:
+    def propose(self, context: Sequence[int], max_tokens: int, hidden: np.ndarray | None = None) -> Draft:
         return EMPTY_DRAFT
 
     def catchup_estimate(self, context: Sequence[int]) -> float:

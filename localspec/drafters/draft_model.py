@@ -10,10 +10,11 @@ That catch-up is the price of drafting after a pause, so the controller is told 
 (``catchup_estimate``) before it asks for a draft: tokens behind times the draft model's prefill cost per
 token, timed once at load and then on every catch-up. A draft model that does not pay is not fed at all.
 """
+
 from __future__ import annotations
 
 import time
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -31,7 +32,7 @@ TIMED_CATCHUP = 16  # catch-ups at least this long update the estimate (shorter 
 class DraftModelDrafter(Drafter):
     name = "draft"
 
-    def __init__(self, draft: Backend, shared_vocab: int, target_vocab: int, seed: Optional[int] = None) -> None:
+    def __init__(self, draft: Backend, shared_vocab: int, target_vocab: int, seed: int | None = None) -> None:
         self.draft, self.shared, self.target_vocab = draft, shared_vocab, target_vocab
         self.rng = np.random.default_rng(seed)
         self.catchup_tokens = 0  # tokens fed in batched catch-ups this turn (after steps without drafting)
@@ -80,7 +81,7 @@ class DraftModelDrafter(Drafter):
         rows: list[np.ndarray] = []
         for i in range(max_tokens):
             # ids past the shared range are padding of the bigger vocabulary
-            token = pick_token(row[:self.shared], sampling, self.rng, self.target_vocab, rows)
+            token = pick_token(row[: self.shared], sampling, self.rng, self.target_vocab, rows)
             tokens.append(token)
             if i + 1 < max_tokens:
                 row = self.draft.forward([token]).logits[-1]
@@ -93,10 +94,12 @@ class DraftModelDrafter(Drafter):
         pass
 
     def figures(self) -> dict:
-        figures = {"draft_model": self.draft.model_name,
-                   "draft_memory_mb": round(self.draft.memory_bytes() / 2**20, 1),
-                   "catchup_tokens": self.catchup_tokens,
-                   "catchup_ms_per_token": round(self.catchup_per_token * 1e3, 3)}
+        figures = {
+            "draft_model": self.draft.model_name,
+            "draft_memory_mb": round(self.draft.memory_bytes() / 2**20, 1),
+            "catchup_tokens": self.catchup_tokens,
+            "catchup_ms_per_token": round(self.catchup_per_token * 1e3, 3),
+        }
         self.catchup_tokens = 0
         return figures
 
@@ -104,8 +107,7 @@ class DraftModelDrafter(Drafter):
         self.draft.close()
 
 
-def pick_token(logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generator, vocab: int,
-               q_rows: list) -> int:
+def pick_token(logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generator, vocab: int, q_rows: list) -> int:
     """The drafter's token from its logits under the target's sampler settings; at temperature > 0 its
     distribution q (a dense row over the target's vocabulary) is appended to q_rows. Greedy drafts are
     point masses and carry no rows."""

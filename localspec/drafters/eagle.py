@@ -14,10 +14,11 @@ attention over the head's cache (each node sees the context and its own ancestor
 best children; finally the `nodes` best-scoring tokens of all form the draft. A tree's tokens are point
 masses chosen by the head, so verification tries children in order against the residual (exact).
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 import numpy as np
 
@@ -35,8 +36,9 @@ class EagleDrafter(Drafter):
     cost_per_token = None  # a head forward per token: timed by the controller on the first (short) draft
     needs_hidden_states = True
 
-    def __init__(self, target, head_folder: Path, seed: Optional[int] = None, tree_nodes: int = 0,
-                 tree_width: int = TREE_WIDTH) -> None:
+    def __init__(
+        self, target, head_folder: Path, seed: int | None = None, tree_nodes: int = 0, tree_width: int = TREE_WIDTH
+    ) -> None:
         if getattr(target, "name", "") not in ("torch", "mlx") or not target.capabilities.hidden_states:
             raise ConfigError("the eagle drafter needs the target's hidden states: use --backend torch (or mlx)")
         if tree_nodes and not target.capabilities.tree_attention:
@@ -45,6 +47,7 @@ class EagleDrafter(Drafter):
             raise ConfigError(f"--eagle-tree must be 0 (chains) or 1..{TREE_SLOTS // 2} nodes, got {tree_nodes}")
         if target.name == "mlx":
             from localspec.drafters.eagle_mlx import MlxEagleHead
+
             self.head = MlxEagleHead(Path(head_folder), target)
         else:
             self.head = load_eagle_head(Path(head_folder), target)
@@ -53,7 +56,7 @@ class EagleDrafter(Drafter):
         self.tree_nodes, self.tree_width = tree_nodes, tree_width
         self.rng = np.random.default_rng(seed)
         self._fed = 0  # context positions j whose (token j+1, feature j) the head's cache holds, from _first
-        self._first: Optional[int] = None
+        self._first: int | None = None
         self._context: Sequence[int] = ()  # the context of the last feed (the engine's list: it grows)
         self._last = None  # the head's output after the last fed position
         self._trees = self._tree_tokens = 0
@@ -90,11 +93,11 @@ class EagleDrafter(Drafter):
         elif self._first <= pos < end:  # features of positions it has (a re-prefilled prompt): feed them again
             self._fed, end = pos - self._first, pos
         self.head.lo = self._first
-        rows = rows[end - pos:]
+        rows = rows[end - pos :]
         n = min(len(rows), len(context) - 1 - end)
         if n > 0:
             feats = self.head.fuse(np.asarray(rows[:n]))
-            out = self.head.step(context[end + 1:end + 1 + n], feats, end)
+            out = self.head.step(context[end + 1 : end + 1 + n], feats, end)
             self._fed += n
             self._last = out[-1:]
 
@@ -110,6 +113,7 @@ class EagleDrafter(Drafter):
 
     def _tree(self, depth: int) -> Draft:
         import torch
+
         head, width = self.head, self.tree_width
         depth = min(depth, TREE_SLOTS // width)  # the head's cache has TREE_SLOTS slots past the context
         base = self._first + self._fed  # the slot (and position) the pending token's pair will take
@@ -124,7 +128,7 @@ class EagleDrafter(Drafter):
         for d in range(1, depth):
             n = len(frontier)
             mask = torch.zeros(n, slot + n - head.lo, dtype=torch.bool, device=head.device)
-            mask[:, :base - head.lo] = True
+            mask[:, : base - head.lo] = True
             for r, node in enumerate(frontier):
                 slots[node] = slot + r
                 a = node
@@ -139,8 +143,8 @@ class EagleDrafter(Drafter):
             top = torch.topk(lp, width, dim=-1)
             candidates = []
             for r, node in enumerate(frontier):
-                outs[node] = out[r:r + 1]
-                for value, token in zip(top.values[r].tolist(), top.indices[r].tolist()):
+                outs[node] = out[r : r + 1]
+                for value, token in zip(top.values[r].tolist(), top.indices[r].tolist(), strict=False):
                     tokens.append(int(token))
                     parents.append(node)
                     depths.append(d + 1)
@@ -148,7 +152,7 @@ class EagleDrafter(Drafter):
                     candidates.append(len(tokens) - 1)
             frontier = sorted(candidates, key=lambda i: -scores[i])[:width]
         # the best-scoring tokens; a child never scores above its parent, so every parent is kept too
-        keep = sorted(range(len(tokens)), key=lambda i: (-scores[i], depths[i]))[:self.tree_nodes]
+        keep = sorted(range(len(tokens)), key=lambda i: (-scores[i], depths[i]))[: self.tree_nodes]
         keep.sort(key=lambda i: (depths[i], -scores[i]))
         index = {old: new for new, old in enumerate(keep)}
         self._trees += 1

@@ -7,20 +7,22 @@ model.safetensors with `fc.weight` [H, 2H] (+ `fc.bias`), `layers.0.self_attn.{q
 Llama layer without its input norm; the output is the predicted next feature, read by the target's LM head.
 
 EAGLE-3 (Li et al. 2025): the target's hidden states at three depths (inputs of layers 2, L//2 and L-3, or
-the outputs the config's `eagle_aux_hidden_state_layer_ids` names) are fused by `fc.weight` [H, 3H]; the `midlayer` attends
-over [input_layernorm(embed(token)); hidden_norm(hidden)] (q/k/v read 2H), its output is fed back as the
-next hidden state, and `lm_head` [draft vocab, H] after `norm` scores a smaller draft vocabulary whose id d
-is target id d + d2t[d]. The embedding is the target's unless the checkpoint has `embed_tokens.weight`.
+the outputs the config's `eagle_aux_hidden_state_layer_ids` names) are fused by `fc.weight` [H, 3H]; the
+`midlayer` attends over [input_layernorm(embed(token)); hidden_norm(hidden)] (q/k/v read 2H), its output is
+fed back as the next hidden state, and `lm_head` [draft vocab, H] after `norm` scores a smaller draft
+vocabulary whose id d is target id d + d2t[d]. The embedding is the target's unless the checkpoint has
+`embed_tokens.weight`.
 
 Both keep their own KV cache whose slot j belongs to context position j; a head is told `lo`, the first
 slot it has filled, and attends from there.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
 
 import numpy as np
 
@@ -43,11 +45,13 @@ def read_eagle_config(folder: Path) -> dict:
 def load_eagle_state(folder: Path) -> tuple[dict, dict]:
     """(config.json, state dict) of an EAGLE head folder."""
     import torch
+
     folder = Path(folder)
     config = read_eagle_config(folder)
     try:
         if (folder / "model.safetensors").is_file():
             from safetensors.torch import load_file
+
             state = load_file(str(folder / "model.safetensors"))
         elif (folder / "pytorch_model.bin").is_file():
             state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
@@ -69,7 +73,7 @@ class EagleLayout:
 
     version: int
     feature_layers: tuple[int, ...]
-    draft_to_target: Optional[np.ndarray] = None
+    draft_to_target: np.ndarray | None = None
 
 
 _EAGLE3_KEYS = ("midlayer.hidden_norm.weight", "midlayer.input_layernorm.weight", "norm.weight", "lm_head.weight")
@@ -79,23 +83,29 @@ def eagle_layout(config: dict, state: dict, hidden: int, n_layers: int, vocab: i
     """Check an EAGLE checkpoint (torch or MLX tensors) against a target of ``n_layers`` layers of width
     ``hidden`` and a ``vocab``-token vocabulary; the errors say when a head belongs to another model."""
     if config.get("hidden_size", hidden) != hidden:
-        raise ConfigError(f"the EAGLE head's hidden size {config['hidden_size']} does not match the target's "
-                          f"{hidden}: it was trained for another model")
+        raise ConfigError(
+            f"the EAGLE head's hidden size {config['hidden_size']} does not match the target's "
+            f"{hidden}: it was trained for another model"
+        )
     fused = int(state["fc.weight"].shape[1])
     if fused % hidden:
-        raise ConfigError(f"the EAGLE head's fc reads {fused} features, not a multiple of the target's hidden size "
-                          f"{hidden}: this head belongs to another model")
+        raise ConfigError(
+            f"the EAGLE head's fc reads {fused} features, not a multiple of the target's hidden size "
+            f"{hidden}: this head belongs to another model"
+        )
     if not any(k.startswith("midlayer.") for k in state):
         if fused != 2 * hidden:
             raise ModelError(f"an EAGLE-1/2 head has fc.weight [H, 2H]; this one is {tuple(state['fc.weight'].shape)}")
         return EagleLayout(1, (-1,))
     layers = eagle3_layers(config, n_layers)
     if len(layers) != fused // hidden:
-        raise ModelError(f"EAGLE-3 head: fc fuses {fused // hidden} hidden states but {len(layers)} layers are "
-                         f"named ({layers})")
+        raise ModelError(
+            f"EAGLE-3 head: fc fuses {fused // hidden} hidden states but {len(layers)} layers are named ({layers})"
+        )
     if not all(0 <= i < n_layers for i in layers):
-        raise ConfigError(f"EAGLE-3 head reads layers {layers}; the target has {n_layers}: it was trained for "
-                          f"another model")
+        raise ConfigError(
+            f"EAGLE-3 head reads layers {layers}; the target has {n_layers}: it was trained for another model"
+        )
     for key in _EAGLE3_KEYS:
         if key not in state:
             raise ModelError(f"EAGLE-3 head: no {key}")
@@ -114,7 +124,7 @@ def eagle_layout(config: dict, state: dict, hidden: int, n_layers: int, vocab: i
     return EagleLayout(3, layers, to_target)
 
 
-def load_eagle_head(folder: Path, target) -> "EagleHead":
+def load_eagle_head(folder: Path, target) -> EagleHead:
     config, state = load_eagle_state(folder)
     t = target.model.cfg
     try:
@@ -132,28 +142,41 @@ class EagleHead:
 
     def _setup(self, config: dict, state: dict, target, in_features: int) -> None:
         from localspec.backends.torch_decoder import Decoder, DecoderConfig
+
         t = target.model.cfg
         hidden = t.hidden_size  # eagle_layout checked the checkpoint's
         heads = config.get("num_attention_heads", t.n_heads)
         own = state.get("embed_tokens.weight")  # else the target's embedding is shared, not copied
-        self.cfg = DecoderConfig(t.vocab_size if own is not None else 1, hidden, config.get("intermediate_size", t.intermediate_size), 1, heads,
-                                 config.get("num_key_value_heads", heads), config.get("head_dim", hidden // heads),
-                                 rms_eps=config.get("rms_norm_eps", t.rms_eps),
-                                 rope_theta=config.get("rope_theta", t.rope_theta),
-                                 rope_scaling=config.get("rope_scaling", t.rope_scaling), tie_embeddings=True,
-                                 max_positions=t.max_positions + TREE_SLOTS)
+        self.cfg = DecoderConfig(
+            t.vocab_size if own is not None else 1,
+            hidden,
+            config.get("intermediate_size", t.intermediate_size),
+            1,
+            heads,
+            config.get("num_key_value_heads", heads),
+            config.get("head_dim", hidden // heads),
+            rms_eps=config.get("rms_norm_eps", t.rms_eps),
+            rope_theta=config.get("rope_theta", t.rope_theta),
+            rope_scaling=config.get("rope_scaling", t.rope_scaling),
+            tie_embeddings=True,
+            max_positions=t.max_positions + TREE_SLOTS,
+        )
         self.decoder = Decoder(self.cfg)
         if own is None:
             self.decoder.embed = target.model.embed
         else:
             import torch
+
             if tuple(own.shape) != (t.vocab_size, hidden):
-                raise ConfigError(f"the EAGLE head's embedding is {tuple(own.shape)}, the target's vocabulary "
-                                  f"{t.vocab_size} x {hidden}: it belongs to another model")
+                raise ConfigError(
+                    f"the EAGLE head's embedding is {tuple(own.shape)}, the target's vocabulary "
+                    f"{t.vocab_size} x {hidden}: it belongs to another model"
+                )
             with torch.no_grad():
                 self.decoder.embed.weight.copy_(own)
         if in_features != hidden:  # EAGLE-3 attention reads [embedding; hidden]
             from torch import nn
+
             layer, c = self.decoder.layers[0], self.cfg
             layer.q = nn.Linear(in_features, c.n_heads * c.head_dim, bias=False)
             layer.k = nn.Linear(in_features, c.n_kv_heads * c.head_dim, bias=False)
@@ -169,13 +192,16 @@ class EagleHead:
     def _load_layer(self, state: dict, prefix: str) -> None:
         """Load the Llama layer saved under ``prefix`` (HF names) into the decoder."""
         import torch
+
         layer = {}
         for key, tensor in state.items():
             if key.startswith(prefix):
-                module, _, part = key[len(prefix):].rpartition(".")
+                module, _, part = key[len(prefix) :].rpartition(".")
                 if module in HF_LAYER_NAMES:
                     layer[f"layers.0.{HF_LAYER_NAMES[module]}.{part}"] = tensor
-        missing = [k for k in ("q", "k", "v", "o", "gate", "up", "down", "mlp_norm") if f"layers.0.{k}.weight" not in layer]
+        missing = [
+            k for k in ("q", "k", "v", "o", "gate", "up", "down", "mlp_norm") if f"layers.0.{k}.weight" not in layer
+        ]
         if missing:
             raise ModelError(f"EAGLE head: missing layer weights {missing} under {prefix}")
         with torch.no_grad():
@@ -187,6 +213,7 @@ class EagleHead:
     def fuse(self, rows):
         """The head's hidden input for target features (numpy rows of the backend's feature_layers, concatenated)."""
         import torch
+
         return torch.as_tensor(rows, device=self.device).to(self.dtype)
 
     def step(self, tokens: Sequence[int], hidden, start: int, positions=None, mask=None):
@@ -204,6 +231,7 @@ class EagleHead:
         bound by reading it (SmolLM2's 49152 x 576 in fp32: 10.6 ms a row, in fp16: 1.9 ms on this box's
         CPU), and drafts only need to be good guesses; what is emitted is still decided by the target."""
         import torch
+
         if self.device.type == "cpu" and weight.dtype == torch.float32:
             if getattr(self, "_half", None) is None or self._half[0] is not weight:
                 self._half = (weight, weight.detach().half())
@@ -212,6 +240,7 @@ class EagleHead:
 
     def _ids(self, tokens: Sequence[int]):
         import torch
+
         return torch.tensor(list(tokens), dtype=torch.long, device=self.device)
 
 
@@ -220,6 +249,7 @@ class Eagle1Head(EagleHead):
 
     def __init__(self, config: dict, state: dict, target, layout: EagleLayout) -> None:
         from torch import nn
+
         self._setup(config, state, target, target.model.cfg.hidden_size)
         hidden = self.cfg.hidden_size
         self.fc = nn.Linear(2 * hidden, hidden, bias="fc.bias" in state)
@@ -233,12 +263,14 @@ class Eagle1Head(EagleHead):
 
     def step(self, tokens, hidden, start, positions=None, mask=None):
         import torch
+
         with torch.inference_mode():
             x = self.fc(torch.cat([self.decoder.embed(self._ids(tokens)), hidden.to(self.dtype)], dim=-1))
             return self.decoder.forward_embeddings(x, start, lo=self.lo, positions=positions, mask=mask)
 
     def logits_t(self, out):
         import torch
+
         with torch.inference_mode():
             return self._scores(out, self.lm_head)
 
@@ -249,7 +281,9 @@ class Eagle3Head(EagleHead):
     def __init__(self, config: dict, state: dict, target, layout: EagleLayout) -> None:
         import torch
         from torch import nn
+
         from localspec.backends.torch_decoder import RMSNorm
+
         t = target.model.cfg
         self._setup(config, state, target, 2 * t.hidden_size)
         self.feature_layers = layout.feature_layers
@@ -259,8 +293,9 @@ class Eagle3Head(EagleHead):
         self.norm = RMSNorm(h, self.cfg.rms_eps)
         self._load_layer(state, "midlayer.")
         with torch.no_grad():
-            self.fc.load_state_dict({"weight": state["fc.weight"],
-                                     **({"bias": state["fc.bias"]} if "fc.bias" in state else {})})
+            self.fc.load_state_dict(
+                {"weight": state["fc.weight"], **({"bias": state["fc.bias"]} if "fc.bias" in state else {})}
+            )
             self.hidden_norm.weight.copy_(state["midlayer.hidden_norm.weight"])
             self.input_norm.weight.copy_(state["midlayer.input_layernorm.weight"])
             self.norm.weight.copy_(state["norm.weight"])
@@ -276,11 +311,13 @@ class Eagle3Head(EagleHead):
 
     def fuse(self, rows):
         import torch
+
         with torch.inference_mode():
             return self.fc(super().fuse(rows))
 
     def step(self, tokens, hidden, start, positions=None, mask=None):
         import torch
+
         dec = self.decoder
         layer = dec.layers[0]
         with torch.inference_mode():
@@ -297,6 +334,7 @@ class Eagle3Head(EagleHead):
 
     def logits_t(self, out):
         import torch
+
         with torch.inference_mode():
             draft = self._scores(self.norm(out), self.lm_head.weight)
             full = torch.full((out.shape[0], self.target_vocab), float("-inf"), device=self.device)
@@ -308,14 +346,15 @@ def eagle3_layers(config: dict, n_layers: int) -> tuple[int, ...]:
     """The layers whose *inputs* an EAGLE-3 head fuses. The reference code takes the inputs of layers 2,
     L//2 and L-3; a config's `eagle_aux_hidden_state_layer_ids` (SpecForge-trained heads) names layer
     *outputs*, i.e. the inputs of the layers after them (SGLang reads them the same way)."""
-    ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") \
-        or config.get("eagle_aux_hidden_state_layer_ids")
+    ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or config.get(
+        "eagle_aux_hidden_state_layer_ids"
+    )
     if ids:
         return tuple(int(i) + 1 for i in ids)
     return tuple(sorted({2, n_layers // 2, n_layers - 3}))
 
 
-def head_summary(head: Optional[EagleHead]) -> str:
+def head_summary(head: EagleHead | None) -> str:
     if head is None:
         return ""
     return f"EAGLE-{head.version} head" + (f" (layers {head.feature_layers})" if head.version == 3 else "")

@@ -8,9 +8,10 @@ The index only knows n <= n_max; the real match is often much longer (a copied l
 edited). It is measured by comparing backwards from the occurrence, up to MAX_MATCH tokens, and sets the
 confidence of every proposed token (match_confidence), so the controller can verify a long copy whole.
 """
+
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -49,10 +50,10 @@ class NgramDrafter(Drafter):
     def _extend(self, context: Sequence[int]) -> None:
         for end in range(max(self._indexed, 1), len(context)):
             for n in range(self.n_min, min(self.n_max, end) + 1):
-                self._index[tuple(context[end - n:end])] = end  # n-gram ending before `end` -> `end`
+                self._index[tuple(context[end - n : end])] = end  # n-gram ending before `end` -> `end`
         self._indexed = max(self._indexed, len(context))
 
-    def propose(self, context: Sequence[int], max_tokens: int, hidden: Optional[np.ndarray] = None) -> Draft:
+    def propose(self, context: Sequence[int], max_tokens: int, hidden: np.ndarray | None = None) -> Draft:
         self._extend(context)
         if max_tokens <= 0:
             return EMPTY_DRAFT
@@ -62,7 +63,7 @@ class NgramDrafter(Drafter):
                 length = match_length(context, start, n)
                 self._matches += 1
                 self._match_len_sum += length
-                tokens = context[start:start + max_tokens]
+                tokens = context[start : start + max_tokens]
                 return Draft.chain(tokens, confidence=[match_confidence(length)] * len(tokens))
         return EMPTY_DRAFT
 

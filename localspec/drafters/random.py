@@ -1,8 +1,7 @@
 """A drafter that proposes random tokens: useless on purpose. It is the floor `localspec bench` and the
 speculation-length controller are judged against (speculation must never cost much even then)."""
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import numpy as np
 
@@ -13,7 +12,7 @@ from localspec.types import Draft
 class RandomDrafter(Drafter):
     name = "random"
 
-    def __init__(self, vocab_size: int, seed: Optional[int] = None) -> None:
+    def __init__(self, vocab_size: int, seed: int | None = None) -> None:
         self.vocab_size, self.rng = vocab_size, np.random.default_rng(seed)
 
     def propose(self, context, max_tokens, hidden=None) -> Draft:

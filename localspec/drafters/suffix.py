@@ -7,11 +7,12 @@ confidences, the expected number of accepted tokens) wins. The draft length also
 length: budget = min(K, max_spec_factor * match_len + max_spec_offset). Each token's confidence is its path
 confidence times match_confidence(match length), which the controller trims the draft by.
 """
+
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
 
 import numpy as np
 
@@ -24,13 +25,13 @@ from localspec.types import EMPTY_DRAFT, Draft, Verdict
 
 @dataclass(frozen=True)
 class SuffixParams:
-    # A draft stops where its path confidence drops below 0.5 (0.3 or Arctic's 0.1 gained only 2-4% tokens
-    # per step in the replay below, with more of the extra tokens rejected). The budget is 4 x match length - 2: the controller trims every proposal by its
-    # confidence (path confidence x match_confidence), and a larger budget only extends the same greedy
-    # chain, so proposing more costs drafting time alone (microseconds) and lets long copies be verified
-    # whole. benchmarks/suffix_replay.py (perfect oracle, K=64, tokens per step for factor 4 / 2 / the former
-    # 1): constructed code edits 10.9 / 9.7 / 7.4, Qwen2.5-Coder-1.5B's recorded code edits 5.6 / 5.0 / 4.1,
-    # its JSON answer 3.5 / 2.7 / 2.1; factor 8 adds only ~6% more, in tokens of low confidence. Offset -2
+    # A draft stops where its path confidence drops below 0.5 (0.3 or Arctic's 0.1 gained only 2-4% tokens per step in
+    # the replay below, with more of the extra tokens rejected). The budget is 4 x match length - 2: the controller
+    # trims every proposal by its confidence (path confidence x match_confidence), and a larger budget only extends
+    # the same greedy chain, so proposing more costs drafting time alone (microseconds) and lets long copies be
+    # verified whole. benchmarks/suffix_replay.py (perfect oracle, K=64, tokens per step for factor 4 / 2 / the former
+    # 1): constructed code edits 10.9 / 9.7 / 7.4, Qwen2.5-Coder-1.5B's recorded code edits 5.6 / 5.0 / 4.1, its JSON
+    # answer 3.5 / 2.7 / 2.1; factor 8 adds only ~6% more, in tokens of low confidence. Offset -2
     # still keeps a 1-token match to a 2-token draft.
     max_depth: int = 64
     min_token_prob: float = 0.5
@@ -52,12 +53,12 @@ class SuffixParams:
 class SuffixDrafter(Drafter):
     name = "suffix"
 
-    def __init__(self, params: SuffixParams = SuffixParams(), store: Optional[AnswerStore] = None) -> None:
+    def __init__(self, params: SuffixParams = SuffixParams(), store: AnswerStore | None = None) -> None:
         self.params = params
         self.store = store
-        self.global_tree: Optional[SuffixTree] = None
+        self.global_tree: SuffixTree | None = None
         self._rebuild_global()
-        self.local_tree: Optional[SuffixTree] = None
+        self.local_tree: SuffixTree | None = None
         self._indexed = 0
         self._answer: list[int] = []
         self._reset_figures()
@@ -83,18 +84,20 @@ class SuffixDrafter(Drafter):
         self._answer = []
         self._reset_figures()
 
-    def propose(self, context: Sequence[int], max_tokens: int, hidden: Optional[np.ndarray] = None) -> Draft:
+    def propose(self, context: Sequence[int], max_tokens: int, hidden: np.ndarray | None = None) -> Draft:
         if self.local_tree is None:
             self.begin(context)
-        self.local_tree.extend(context[self._indexed:])
+        self.local_tree.extend(context[self._indexed :])
         self._indexed = len(context)
         if max_tokens <= 0:
             return EMPTY_DRAFT
         p = self.params
-        drafts = {"local": self.local_tree.draft(context, max_tokens, p.min_token_prob, p.max_spec_factor,
-                                                 p.max_spec_offset),
-                  "global": self.global_tree.draft(context, max_tokens, p.min_token_prob, p.max_spec_factor,
-                                                   p.max_spec_offset)}
+        drafts = {
+            "local": self.local_tree.draft(context, max_tokens, p.min_token_prob, p.max_spec_factor, p.max_spec_offset),
+            "global": self.global_tree.draft(
+                context, max_tokens, p.min_token_prob, p.max_spec_factor, p.max_spec_offset
+            ),
+        }
         winner = max(drafts, key=lambda name: drafts[name].score)  # ties: the local tree
         best: TreeDraft = drafts[winner]
         self._steps += 1
@@ -122,10 +125,13 @@ class SuffixDrafter(Drafter):
         self._answer = []
 
     def figures(self) -> dict:
-        return {"mean_match_len": round(self._match_sum / self._steps, 2) if self._steps else 0.0,
-                "wins_local": self._wins["local"], "wins_global": self._wins["global"],
-                "global_cache_tokens": self.store.n_tokens if self.store else 0,
-                "global_tree_bytes": self.global_tree.memory_bytes()}
+        return {
+            "mean_match_len": round(self._match_sum / self._steps, 2) if self._steps else 0.0,
+            "wins_local": self._wins["local"],
+            "wins_global": self._wins["global"],
+            "global_cache_tokens": self.store.n_tokens if self.store else 0,
+            "global_tree_bytes": self.global_tree.memory_bytes(),
+        }
 
     def close(self) -> None:
         for tree in (self.local_tree, self.global_tree):

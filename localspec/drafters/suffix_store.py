@@ -6,8 +6,10 @@ and replace the old one atomically under an exclusive lock, after merging in ans
 meanwhile (by id), so concurrent chats neither corrupt the file nor drop each other's answers. A corrupt or
 incompatible file is set aside with a warning and the cache starts empty; nothing raises.
 """
+
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -16,7 +18,6 @@ import sys
 import zlib
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
@@ -33,18 +34,17 @@ def default_cache_dir() -> Path:
 class AnswerStore:
     """Answers (id -> tokens), oldest first, bounded to ``max_tokens`` tokens in all."""
 
-    def __init__(self, path: Optional[Path], tokenizer: str, max_tokens: int = 200_000) -> None:
+    def __init__(self, path: Path | None, tokenizer: str, max_tokens: int = 200_000) -> None:
         self.path, self.tokenizer, self.max_tokens = path, tokenizer, max_tokens
         self.answers: dict[str, np.ndarray] = {}  # insertion order = age
-        self.warning: Optional[str] = None
+        self.warning: str | None = None
         if path is not None and path.exists():
             with self._locked():
                 self.answers = self._read()
             self._evict()
 
     @classmethod
-    def for_tokenizer(cls, tokenizer: str, max_tokens: int = 200_000,
-                      directory: Optional[Path] = None) -> "AnswerStore":
+    def for_tokenizer(cls, tokenizer: str, max_tokens: int = 200_000, directory: Path | None = None) -> AnswerStore:
         directory = directory or default_cache_dir()
         return cls(directory / f"{tokenizer[:32]}.bin", tokenizer, max_tokens)
 
@@ -101,18 +101,18 @@ class AnswerStore:
             if not data.startswith(MAGIC):
                 raise ValueError("not a localspec suffix cache")
             end = data.index(b"\n", len(MAGIC))
-            header = json.loads(data[len(MAGIC):end])
+            header = json.loads(data[len(MAGIC) : end])
             if header.get("version") != VERSION:
                 raise ValueError(f"version {header.get('version')} (this localspec reads {VERSION})")
             if header.get("tokenizer") != self.tokenizer:
                 raise ValueError("it belongs to another tokenizer")
-            body = data[end + 1:]
+            body = data[end + 1 :]
             if zlib.crc32(body) != header.get("crc32"):
                 raise ValueError("checksum mismatch")
             tokens = np.frombuffer(body, dtype="<i4")
             answers, at = {}, 0
             for answer_id, length in header["answers"]:
-                answers[answer_id] = tokens[at:at + length].astype(np.int32)
+                answers[answer_id] = tokens[at : at + length].astype(np.int32)
                 at += length
             if at != len(tokens):
                 raise ValueError("length mismatch")
@@ -123,16 +123,20 @@ class AnswerStore:
 
     def _discard(self, reason: Exception) -> None:
         aside = self.path.with_suffix(".corrupt")
-        self.warning = (f"localspec: the suffix cache {self.path} could not be used ({reason}); "
-                        f"it was moved to {aside.name} and the cache starts empty")
+        self.warning = (
+            f"localspec: the suffix cache {self.path} could not be used ({reason}); "
+            f"it was moved to {aside.name} and the cache starts empty"
+        )
         print(self.warning, file=sys.stderr)
-        try:
+        with contextlib.suppress(OSError):
             os.replace(self.path, aside)
-        except OSError:
-            pass
 
     def _write(self) -> None:
         body = b"".join(a.astype("<i4").tobytes() for a in self.answers.values())
-        header = {"version": VERSION, "tokenizer": self.tokenizer, "crc32": zlib.crc32(body),
-                  "answers": [[answer_id, len(a)] for answer_id, a in self.answers.items()]}
+        header = {
+            "version": VERSION,
+            "tokenizer": self.tokenizer,
+            "crc32": zlib.crc32(body),
+            "answers": [[answer_id, len(a)] for answer_id, a in self.answers.items()],
+        }
         atomic_write(self.path, MAGIC + json.dumps(header).encode() + b"\n" + body)

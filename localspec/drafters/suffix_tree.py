@@ -1,11 +1,12 @@
 """Python face of the compiled suffix trie (``_suffixtree.c``): append tokens, ask for a draft."""
+
 from __future__ import annotations
 
 import ctypes
 import importlib.util
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -32,8 +33,18 @@ def load_library(path: str) -> ctypes.CDLL:
     lib.st_append.restype = ctypes.c_int
     lib.st_append.argtypes = [ctypes.c_void_p, ctypes.c_int32]
     lib.st_draft.restype = ctypes.c_int32
-    lib.st_draft.argtypes = [ctypes.c_void_p, _I32P, ctypes.c_int32, ctypes.c_int32, ctypes.c_float,
-                             ctypes.c_float, ctypes.c_float, _I32P, _F32P, _I32P]
+    lib.st_draft.argtypes = [
+        ctypes.c_void_p,
+        _I32P,
+        ctypes.c_int32,
+        ctypes.c_int32,
+        ctypes.c_float,
+        ctypes.c_float,
+        ctypes.c_float,
+        _I32P,
+        _F32P,
+        _I32P,
+    ]
     if hasattr(lib, "st_count"):  # builds before it had no st_count
         lib.st_count.restype = ctypes.c_int64
         lib.st_count.argtypes = [ctypes.c_void_p, _I32P, ctypes.c_int32]
@@ -58,7 +69,7 @@ class TreeDraft:
 class SuffixTree:
     """A depth-limited suffix trie with occurrence counts over token sequences."""
 
-    def __init__(self, max_depth: int = 64, lib: Optional[ctypes.CDLL] = None) -> None:
+    def __init__(self, max_depth: int = 64, lib: ctypes.CDLL | None = None) -> None:
         if max_depth < 2:
             raise ValueError("max_depth must be at least 2")
         self.max_depth = max_depth
@@ -86,14 +97,24 @@ class SuffixTree:
         self.extend(tokens)
         self.close_sequence()
 
-    def draft(self, context: Sequence[int], max_tokens: int, min_prob: float = 0.1, factor: float = 1.0,
-              offset: float = 0.0) -> TreeDraft:
+    def draft(
+        self, context: Sequence[int], max_tokens: int, min_prob: float = 0.1, factor: float = 1.0, offset: float = 0.0
+    ) -> TreeDraft:
         """A draft of up to ``max_tokens`` (at most MAX_DRAFT) after ``context``; the rule is st_draft's in
         _suffixtree.c. Matches are at most max_depth - 1 tokens long, so only the context's tail is passed."""
-        tail = np.ascontiguousarray(context[-(self.max_depth - 1):], dtype=np.int32)
-        n = self._lib.st_draft(self._tree, tail.ctypes.data_as(_I32P), len(tail), min(max_tokens, MAX_DRAFT),
-                               min_prob, factor, offset, self._out_tokens, self._out_probs,
-                               ctypes.byref(self._match))
+        tail = np.ascontiguousarray(context[-(self.max_depth - 1) :], dtype=np.int32)
+        n = self._lib.st_draft(
+            self._tree,
+            tail.ctypes.data_as(_I32P),
+            len(tail),
+            min(max_tokens, MAX_DRAFT),
+            min_prob,
+            factor,
+            offset,
+            self._out_tokens,
+            self._out_probs,
+            ctypes.byref(self._match),
+        )
         return TreeDraft(tuple(self._out_tokens[:n]), tuple(self._out_probs[:n]), self._match.value)
 
     def count(self, pattern: Sequence[int]) -> int:

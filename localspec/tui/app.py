@@ -6,14 +6,16 @@ cannot flood the UI. One thread, not one per turn: llama.cpp's OpenMP thread tea
 that calls it, and a second caller's team fights the first one's spinning threads for the cores
 (measured: decoding from a second thread ran at 0.70x, 0.26x with OMP_WAIT_POLICY=active).
 """
+
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Optional
 
 from rich.text import Text
 from textual import events
@@ -45,11 +47,10 @@ def warm_highlighters() -> None:
     a lexer's regexes on first use, which cost ~80 ms of the UI's time (and decode speed) in the middle of
     the first answer with a code block."""
     from pygments.lexers import get_lexer_by_name
+
     for name in ("python", "bash", "json", "javascript", "c", "rust", "markdown", "text"):
-        try:
+        with contextlib.suppress(Exception):  # a missing lexer only means no warm-up for it
             get_lexer_by_name(name)
-        except Exception:  # a missing lexer only means no warm-up for it
-            pass
 
 
 # -- messages from the worker threads -------------------------------------------------------------------
@@ -74,7 +75,7 @@ class Delta(Message):
 
 
 class TurnDone(Message):
-    def __init__(self, stats: dict, finish: str, error: Optional[str] = None) -> None:
+    def __init__(self, stats: dict, finish: str, error: str | None = None) -> None:
         super().__init__()
         self.stats, self.finish, self.error = stats, finish, error
 
@@ -241,16 +242,22 @@ class ChatApp(App):
         Binding("ctrl+q", "quit", "quit", show=False, priority=True),
     ]
 
-    def __init__(self, open_session: Callable[[Callable[[str], None]], Session], chat: SavedChat, *,
-                 save_dir: Optional[Path] = None, owns_session: bool = True) -> None:
+    def __init__(
+        self,
+        open_session: Callable[[Callable[[str], None]], Session],
+        chat: SavedChat,
+        *,
+        save_dir: Path | None = None,
+        owns_session: bool = True,
+    ) -> None:
         super().__init__()
         self.owns_session = owns_session
         self.open_session, self.chat = open_session, chat
         self.save_dir = save_dir
-        self.session: Optional[Session] = None
+        self.session: Session | None = None
         self.history: list[tuple[float, float]] = []
-        self.current: Optional[Turn] = None
-        self.last_stats: Optional[dict] = None
+        self.current: Turn | None = None
+        self.last_stats: dict | None = None
         self.colours = False
         self._stop = threading.Event()
         self._stats_at = 0.0
@@ -311,14 +318,15 @@ class ChatApp(App):
         last = time.perf_counter()
         events_ = None
         try:
-            events_ = session.answer(self.chat.conversation,
-                                     on_prefill=lambda done, total: self.post_message(
-                                         Progress(f"reading the prompt {done}/{total}")))
+            events_ = session.answer(
+                self.chat.conversation,
+                on_prefill=lambda done, total: self.post_message(Progress(f"reading the prompt {done}/{total}")),
+            )
             for event in events_:
                 if event.draft_chars:
-                    pieces.append((event.text[:event.draft_chars], True))
-                if event.text[event.draft_chars:]:
-                    pieces.append((event.text[event.draft_chars:], False))
+                    pieces.append((event.text[: event.draft_chars], True))
+                if event.text[event.draft_chars :]:
+                    pieces.append((event.text[event.draft_chars :], False))
                 stats = event.stats  # the turn's live counters; turned into a dict only when posted
                 finish = event.finish_reason or finish
                 now = time.perf_counter()
@@ -413,8 +421,10 @@ class ChatApp(App):
             elif message.finish == "context":
                 await self._note("(the context is full: /clear starts a new chat, or restart with a larger --ctx)")
             if self.chat.conversation.dropped:
-                await self._note(f"({self.chat.conversation.dropped} oldest messages no longer fit the context "
-                                 f"and were left out of the prompt)")
+                await self._note(
+                    f"({self.chat.conversation.dropped} oldest messages no longer fit the context "
+                    f"and were left out of the prompt)"
+                )
         self._show_stats()
         self._refresh_status()
 
@@ -472,6 +482,7 @@ class ChatApp(App):
     # -- helpers ---------------------------------------------------------------------------------------
     def _default_path(self) -> Path:
         from localspec.chat_store import chats_dir
+
         return (self.save_dir or chats_dir()) / f"{self.chat.id}.json"
 
     def _save(self) -> None:
@@ -481,8 +492,7 @@ class ChatApp(App):
             self.query_one(StatusBar).update(f" could not save the chat: {exc}")
 
     async def _note(self, text: str, error: bool = False) -> None:
-        await self.query_one("#conversation").mount(Static(text, classes="error" if error else "note",
-                                                           markup=False))
+        await self.query_one("#conversation").mount(Static(text, classes="error" if error else "note", markup=False))
         self._scroll()
 
     def _scroll(self) -> None:
@@ -495,9 +505,16 @@ class ChatApp(App):
         s = self.session
         if s is None:
             return
-        self.query_one(StatusBar).show(s.model_name, s.backend.name, s.drafter.name, s.speclen.label,
-                                       s.backend.cached_len, s.backend.n_ctx, self.memory_mb(),
-                                       f"T={s.sampling.temperature:g}")
+        self.query_one(StatusBar).show(
+            s.model_name,
+            s.backend.name,
+            s.drafter.name,
+            s.speclen.label,
+            s.backend.cached_len,
+            s.backend.n_ctx,
+            self.memory_mb(),
+            f"T={s.sampling.temperature:g}",
+        )
 
     async def action_quit(self) -> None:
         self._stop.set()

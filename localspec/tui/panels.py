@@ -1,7 +1,6 @@
 """Read-only panels: the live stats of the turn and the status bar. They render what they are given."""
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 from rich.text import Text
 from textual.widgets import Static
@@ -25,15 +24,14 @@ def bar(fraction: float, width: int = 10) -> str:
 class StatsPanel(Static):
     """This turn's speculation figures, the per-position acceptance and the last turns' trend."""
 
-    def show(self, stats: Optional[dict], history: list[tuple[float, float]]) -> None:
+    def show(self, stats: dict | None, history: list[tuple[float, float]]) -> None:
         t = Text()
         t.append("This turn\n", style="bold")
         if not stats or not stats.get("steps"):
             t.append(" waiting for a message\n", style="dim")
         else:
             rate = stats.get("acceptance_rate")
-            t.append(f" accepted  {'-' if rate is None else f'{rate:.0%}'}"
-                     f" ({stats['accepted']}/{stats['drafted']})\n")
+            t.append(f" accepted  {'-' if rate is None else f'{rate:.0%}'} ({stats['accepted']}/{stats['drafted']})\n")
             t.append(f" tau       {stats['mean_accepted_length']:.2f} tok/step\n")
             t.append(f" verified  {stats['drafted'] / stats['steps']:.2f} draft tok/step\n")
             t.append(f" decode    {stats['decode_tok_s']:.1f} tok/s\n")
@@ -52,7 +50,7 @@ class StatsPanel(Static):
                 t.append("Per draft position\n", style="bold")
                 # as many positions as fit above the trend lines (8 in a tall terminal, fewer at 80x24)
                 room = self.size.height - 14 if self.size.height else 8
-                for i, r in enumerate(by_pos[:max(2, min(8, room))]):
+                for i, r in enumerate(by_pos[: max(2, min(8, room))]):
                     t.append(f" {i + 1:>2} {bar(r)} {r:4.0%}\n")
         if history:
             t.append("Last turns\n", style="bold")
@@ -71,9 +69,18 @@ def age(seconds: float) -> str:
 
 
 class StatusBar(Static):
-    def show(self, model: str, backend: str, drafter: str, k: str, ctx_used: int, ctx_size: int,
-             memory_mb: float, note: str = "") -> None:
-        text = (f" {model} · {backend} · {drafter} {k} · ctx {ctx_used}/{ctx_size} · mem {memory_mb:.0f} MB")
+    def show(
+        self,
+        model: str,
+        backend: str,
+        drafter: str,
+        k: str,
+        ctx_used: int,
+        ctx_size: int,
+        memory_mb: float,
+        note: str = "",
+    ) -> None:
+        text = f" {model} · {backend} · {drafter} {k} · ctx {ctx_used}/{ctx_size} · mem {memory_mb:.0f} MB"
         self.update(text + (f" · {note}" if note else ""), layout=False)
 
 
@@ -83,7 +90,9 @@ def process_memory_mb() -> float:
         with open("/proc/self/statm") as f:
             pages = int(f.read().split()[1])
         import os
+
         return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
     except (OSError, ValueError, IndexError):
         import resource
+
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

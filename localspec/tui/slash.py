@@ -1,8 +1,8 @@
 """Slash commands typed in the chat input: parsed and validated here, carried out by the app."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from localspec.drafters import DRAFTERS
 
@@ -21,14 +21,14 @@ F2 colours tokens that came from accepted drafts · Ctrl+Q quits (the chat is sa
 @dataclass(frozen=True)
 class Slash:
     name: str
-    arg: Optional[object] = None
+    arg: object | None = None
 
 
 class SlashError(ValueError):
     pass
 
 
-def parse_slash(text: str) -> Optional[Slash]:
+def parse_slash(text: str) -> Slash | None:
     """None if ``text`` is a message, not a command. Raises SlashError with a readable reason."""
     if not text.startswith("/") or text.startswith("//"):
         return None

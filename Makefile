@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml setup.py localspec/drafters/_suffixtree.c scripts/llama
 setup: $(STAMP)
 
 test: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
 
 chat: setup

@@ -202,39 +202,13 @@ def train_eagle(backend, data: Path, out: Path, config: TrainConfig, log: Callab
 
     started = time.perf_counter()
     deadline = started + config.minutes * 60
-    seqs = read_corpus(
-        data, lambda m: backend.chat_tokens(m, add_generation_prompt=False), lambda t: backend.tokenize(t)
-    )
-    pieces = chunk(seqs, min(config.seq_len, backend.n_ctx))
-    random.Random(config.seed).shuffle(pieces)
-    if config.max_tokens:
-        kept, total = [], 0
-        for p in pieces:
-            if total >= config.max_tokens:
-                break
-            kept.append(p)
-            total += len(p)
-        pieces = kept
-    n_val = max(1, int(len(pieces) * config.holdout)) if len(pieces) > 1 else 0
-    val, train = pieces[:n_val], pieces[n_val:] or pieces
+    pieces, n_val = _training_windows(backend, data, config, log)
     total_tokens = sum(map(len, pieces))
-    log(f"corpus: {len(seqs)} entries -> {len(train)} training and {len(val)} held-out windows, {total_tokens} tokens")
-
-    features = {}
-    for i, piece in enumerate(pieces):
-        backend.truncate(0)
-        features[i] = torch.from_numpy(backend.prefill_features(piece))
-        if (i + 1) % 50 == 0 or i + 1 == len(pieces):
-            log(f"target features: {i + 1}/{len(pieces)} windows ({time.perf_counter() - started:.0f} s)")
-    backend.truncate(0)
+    features = _target_features(backend, pieces, log, started)
     ids = {i: torch.tensor(p, dtype=torch.long) for i, p in enumerate(pieces)}
     val_idx, train_idx = list(range(n_val)), list(range(n_val, len(pieces))) or list(range(len(pieces)))
 
     head = TrainHead(backend.model, config.seed)
-    params = head.parameters()
-    for p in params:
-        p.requires_grad_(True)
-    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(config.seed)
 
     def evaluate() -> tuple[float, float]:
@@ -255,72 +229,130 @@ def train_eagle(backend, data: Path, out: Path, config: TrainConfig, log: Callab
         "start_val_top1": v_acc,
         "history": [],
     }
-    train_start = time.perf_counter()
-    # the step budget: what fits in the time left, at the speed of the first steps, capped by the epochs
-    steps_max, step, last_save, seen = config.epochs * len(train_idx), 0, time.perf_counter(), 0
-    order = random.Random(config.seed + 1)
-    interrupted = False
+    run = _Training(head, config, gen, deadline, len(train_idx), log)
     try:
         for epoch in range(config.epochs):
             batch = train_idx[:]
-            order.shuffle(batch)
+            run.order.shuffle(batch)
             for i in batch:
-                elapsed = time.perf_counter() - train_start
-                if step >= 8:  # estimate the total number of steps the budget allows, for the schedule
-                    steps_max = min(
-                        config.epochs * len(train_idx), step + int((deadline - time.perf_counter()) / (elapsed / step))
-                    )
-                if time.perf_counter() >= deadline or step >= steps_max:
+                if not run.step(epoch, ids[i], features[i]):
                     raise StopIteration
-                lr = (
-                    config.lr
-                    * min(1.0, (step + 1) / 20)
-                    * 0.5
-                    * (1 + math.cos(math.pi * min(1.0, step / max(steps_max, 1))))
-                )
-                for g in opt.param_groups:
-                    g["lr"] = lr
-                loss, agree, n = losses(head, ids[i], features[i], config.noise, gen)
-                opt.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, 0.5)
-                opt.step()
-                step, seen = step + 1, seen + n
-                if step % 25 == 0:
-                    rate = seen / (time.perf_counter() - train_start)
-                    log(
-                        f"epoch {epoch + 1} step {step}/{steps_max}: loss {float(loss.detach()):.3f}, "
-                        f"top-1 {agree / n:.3f}, "
-                        f"{rate:.0f} tok/s, {(deadline - time.perf_counter()) / 60:.1f} min left"
-                    )
-                if time.perf_counter() - last_save > SAVE_EVERY_S:
-                    save_head(head, out, report)
-                    last_save = time.perf_counter()
+                run.save_now(out, report)
             v_loss, v_acc = evaluate()
-            report["history"].append({"epoch": epoch + 1, "step": step, "val_loss": v_loss, "val_top1": v_acc})
+            report["history"].append({"epoch": epoch + 1, "step": run.steps, "val_loss": v_loss, "val_top1": v_acc})
             log(f"epoch {epoch + 1} done: held-out loss {v_loss:.3f}, top-1 agreement {v_acc:.3f}")
     except StopIteration:
         pass
     except KeyboardInterrupt:
-        interrupted = True
+        run.interrupted = True
         log("interrupted: saving what was learnt so far")
     v_loss, v_acc = evaluate()
     report.update(
-        steps=step,
-        train_tokens_seen=seen,
+        steps=run.steps,
+        train_tokens_seen=run.seen,
         val_loss=v_loss,
         val_top1=v_acc,
-        interrupted=interrupted,
+        interrupted=run.interrupted,
         seconds=round(time.perf_counter() - started, 1),
     )
     save_head(head, out, report)
     log(
-        f"held-out top-1 agreement {report['start_val_top1']:.3f} -> {v_acc:.3f} after {step} steps "
+        f"held-out top-1 agreement {report['start_val_top1']:.3f} -> {v_acc:.3f} after {run.steps} steps "
         f"({report['seconds'] / 60:.1f} min); head written to {out}"
     )
-    if interrupted:
+    if run.interrupted:
         raise KeyboardInterrupt
     return report
+
+
+def _training_windows(backend, data: Path, config: TrainConfig, log) -> tuple[list[list[int]], int]:
+    """The corpus cut into windows, shuffled, at most config.max_tokens of them: (windows, held-out count);
+    the first windows are held out."""
+    seqs = read_corpus(
+        data, lambda m: backend.chat_tokens(m, add_generation_prompt=False), lambda t: backend.tokenize(t)
+    )
+    pieces = chunk(seqs, min(config.seq_len, backend.n_ctx))
+    random.Random(config.seed).shuffle(pieces)
+    if config.max_tokens:
+        kept, total = [], 0
+        for p in pieces:
+            if total >= config.max_tokens:
+                break
+            kept.append(p)
+            total += len(p)
+        pieces = kept
+    n_val = max(1, int(len(pieces) * config.holdout)) if len(pieces) > 1 else 0
+    n_train = len(pieces) - n_val or len(pieces)
+    log(
+        f"corpus: {len(seqs)} entries -> {n_train} training and {n_val} held-out windows, "
+        f"{sum(map(len, pieces))} tokens"
+    )
+    return pieces, n_val
+
+
+def _target_features(backend, pieces: list[list[int]], log, started: float) -> dict:
+    """The target's hidden states of every window (what the head learns to predict from)."""
+    import torch
+
+    features = {}
+    for i, piece in enumerate(pieces):
+        backend.truncate(0)
+        features[i] = torch.from_numpy(backend.prefill_features(piece))
+        if (i + 1) % 50 == 0 or i + 1 == len(pieces):
+            log(f"target features: {i + 1}/{len(pieces)} windows ({time.perf_counter() - started:.0f} s)")
+    backend.truncate(0)
+    return features
+
+
+class _Training:
+    """The optimiser and its schedule: warm-up, then cosine over the steps the time budget allows."""
+
+    def __init__(self, head: TrainHead, config: TrainConfig, gen, deadline: float, n_train: int, log) -> None:
+        import torch
+
+        self.head, self.config, self.gen, self.deadline, self.log = head, config, gen, deadline, log
+        self.params = head.parameters()
+        for p in self.params:
+            p.requires_grad_(True)
+        self.opt = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=0.0)
+        self.order = random.Random(config.seed + 1)
+        self.full = config.epochs * n_train
+        self.steps_max, self.steps, self.seen, self.interrupted = self.full, 0, 0, False
+        self.started = self.last_save = time.perf_counter()
+
+    def step(self, epoch: int, ids, features) -> bool:
+        """One optimiser step on a window; False when the time or step budget is spent."""
+        import torch
+
+        now = time.perf_counter()
+        if self.steps >= 8:  # the total number of steps the budget allows, at the speed so far
+            per_step = (now - self.started) / self.steps
+            self.steps_max = min(self.full, self.steps + int((self.deadline - now) / per_step))
+        if now >= self.deadline or self.steps >= self.steps_max:
+            return False
+        warmup = min(1.0, (self.steps + 1) / 20)
+        cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, self.steps / max(self.steps_max, 1))))
+        for g in self.opt.param_groups:
+            g["lr"] = self.config.lr * warmup * cosine
+        loss, agree, n = losses(self.head, ids, features, self.config.noise, self.gen)
+        self.opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.params, 0.5)
+        self.opt.step()
+        self.steps, self.seen = self.steps + 1, self.seen + n
+        if self.steps % 25 == 0:
+            rate = self.seen / (time.perf_counter() - self.started)
+            self.log(
+                f"epoch {epoch + 1} step {self.steps}/{self.steps_max}: loss {float(loss.detach()):.3f}, "
+                f"top-1 {agree / n:.3f}, {rate:.0f} tok/s, {(self.deadline - time.perf_counter()) / 60:.1f} min left"
+            )
+        return True
+
+    def save_now(self, out: Path, report: dict) -> None:
+        """Save the head every SAVE_EVERY_S, so that a crash loses little."""
+        if time.perf_counter() - self.last_save > SAVE_EVERY_S:
+            save_head(self.head, out, report)
+            self.last_save = time.perf_counter()
 
 
 def save_head(head: TrainHead, out: Path, report: dict) -> None:

@@ -69,55 +69,32 @@ def stream_generate(
     batch-invariant kernels (None: no guard, and the backend's fast kernels)."""
     policy = make_policy(draft_tokens)
     plain = plain if plain is not None else PlainBaseline()
-    if max_tokens < 1:
-        raise ConfigError(f"--max-tokens must be at least 1, got {max_tokens}")
-    if not prompt:
-        raise ConfigError("the prompt is empty")
-    if len(prompt) >= backend.n_ctx:
-        raise ContextOverflow(
-            f"the prompt has {len(prompt)} tokens but the context holds {backend.n_ctx}; shorten it or raise --ctx"
-        )
-    check_capabilities(backend, drafter)
+    _check_request(backend, drafter, prompt, max_tokens)
     rng = rng if rng is not None else np.random.default_rng()
     stats = TurnStats(prompt_tokens=len(prompt))
     invariant, margin = exact_mode(backend, sampling, exact_guard)
     backend.set_batch_invariant(invariant)
     stats.guard_margin, stats.guard_kernels = margin, invariant
     context = list(prompt)
-    reuse = common_prefix(backend.cached_tokens, context[:-1])
-    if drafter.needs_hidden_states:  # a feature-fed drafter needs at least the last prompt token's features
-        reuse = min(reuse, max(len(context) - 2, 0))
-    backend.truncate(reuse)
     detok, stopper = backend.detokenizer(), StopStrings(stop)
+    need_hidden = drafter.needs_hidden_states
     started = time.perf_counter()
     try:
-        need_hidden, features = drafter.needs_hidden_states, None
-        if need_hidden:  # a feature-fed drafter (EAGLE) also reads the prompt's features
-            rows = backend.prefill_features(context[reuse:-1], progress=on_prefill)
-            features = (reuse, rows) if len(rows) else None
-        else:
-            backend.prefill(context[reuse:-1], progress=on_prefill)
-        stats.prefill_tokens = len(context) - 1 - reuse
-        stats.prefill_s = time.perf_counter() - started
+        features = _prefill(backend, drafter, context, on_prefill, stats)
         drafter.use_sampling(sampling)
         drafter.begin(context)
         policy.begin_turn(drafter.cost_per_token)
         started = last_end = time.perf_counter()
         finish, held = None, False
         while finish is None:
-            # Draft no further than the context can hold and than the answer may still grow.
+            # plan: no further than the context can hold and than the answer may still grow; after the
+            # guard held a near-tie back, a single-token step decides it, as plain decoding does
             t0 = time.perf_counter()
             cap = min(policy.max_k, max_tokens - stats.generated - 1, backend.n_ctx - len(context))
-            # after the guard held a near-tie back, a single-token step decides it, as plain decoding does
             k = policy.plan(cap, drafter.catchup_estimate(context)) if cap > 0 and not held else 0
             tp = time.perf_counter()
-            if k > 0:
-                draft = drafter.propose(context, k, features).cut(k)
-            else:
-                draft = Draft()
-                if features is not None:
-                    drafter.propose(context, 0, features)  # keep a feature-fed drafter's cache complete
-            features = None
+            # propose
+            draft = _propose(drafter, context, k, features)
             t1 = time.perf_counter()
             drafting = t1 - t0 - drafter.catchup_s  # what drafting costs, apart from a one-off catch-up
             # the controller sizes a tree by depth, judging it by its main branch; side branches deeper than
@@ -125,53 +102,27 @@ def stream_generate(
             # (verifying them whole measured 0.84-0.99x plain on cases where EAGLE is weak, cut 0.95-1.10x);
             # a tree also needs a cache slot per node (cap bounds its depth, not its size)
             draft = draft.cut(policy.trim(draft.main_chain(), drafting)).prefix(backend.n_ctx - len(context))
-            tree = not draft.is_chain
-            if tree:
-                out = backend.forward_tree([context[-1], *draft.tokens], draft.parents, return_hidden=need_hidden)
-            else:
-                out = backend.forward([context[-1], *draft.tokens], return_hidden=need_hidden)
+            # verify
+            out = _forward(backend, context, draft, need_hidden)
             verdict = verify_draft(draft, out.logits, sampling, rng, stats.rules)
             forced, gap = held, None
             if margin and len(draft):
                 verdict, gap = guard(verdict, out.logits, margin)
             held = verdict.held
-            if tree:
-                backend.accept_path(verdict.path)
-            kept = verdict.accepted + (0 if held else 1)  # positions fed this step that stay in the cache
-            if need_hidden:  # the target's features of the kept positions, for the next proposal
-                rows = out.hidden[[0, *(i + 1 for i in verdict.path)]][:kept]
-                features = (len(context) - 1, rows) if kept else None
-            backend.truncate(len(context) - 1 + kept)
+            # accept: the kept positions stay in the cache (and their features go to the drafter)
+            features = _accept(backend, context, draft, out, verdict, need_hidden)
             t2 = time.perf_counter()
             stats.draft_s += t1 - t0
             stats.verify_s += t2 - t1
-
-            emitted, text, draft_chars = [], "", 0
-            for token in verdict.tokens:
-                emitted.append(token)
-                context.append(token)
-                if token in backend.eog_tokens:
-                    finish = "stop"
-                    break
-                text += detok.push(token)
-                if len(emitted) <= verdict.accepted:
-                    draft_chars = len(text)
-                if stats.generated + len(emitted) >= max_tokens:
-                    finish = "length"
-                    break
-            if finish is None and len(context) > backend.n_ctx:
-                finish = "context"
-            text, hit = stopper.feed(text)
-            if hit:
-                finish = "stop"
-            elif finish is not None:
-                text += stopper.feed(detok.flush())[0] + stopper.flush()
+            # emit
+            emitted, text, draft_chars, finish = _emit(
+                verdict, context, backend, detok, stopper, max_tokens - stats.generated
+            )
             from_draft = min(verdict.accepted, len(emitted))
             drafter.observe(Verdict(len(draft), from_draft, tuple(emitted)))  # what was really emitted
             stats.record_step(len(draft), from_draft, len(emitted))
             now = time.perf_counter()
-            if gap is not None or forced:
-                stats.record_guard(gap, now - t0 if forced else 0.0)
+            stats.record_guard(gap, now - t0 if forced else 0.0)
             if not draft.tokens:  # an ordinary decoding step, but for the proposal: the speedup's baseline
                 plain.record(len(context) - len(emitted), now - last_end - (t1 - tp))
             last_end = now
@@ -195,6 +146,92 @@ def stream_generate(
         stats.speclen = policy.figures()
         if stats.generated:
             stats.decode_s = time.perf_counter() - started
+
+
+def _check_request(backend: Backend, drafter: Drafter, prompt: Sequence[int], max_tokens: int) -> None:
+    if max_tokens < 1:
+        raise ConfigError(f"--max-tokens must be at least 1, got {max_tokens}")
+    if not prompt:
+        raise ConfigError("the prompt is empty")
+    if len(prompt) >= backend.n_ctx:
+        raise ContextOverflow(
+            f"the prompt has {len(prompt)} tokens but the context holds {backend.n_ctx}; shorten it or raise --ctx"
+        )
+    check_capabilities(backend, drafter)
+
+
+def _prefill(backend: Backend, drafter: Drafter, context: list[int], on_prefill: Progress, stats: TurnStats):
+    """Cache the prompt but its last token (reusing what the cache already holds of it); the features of a
+    feature-fed drafter's prompt (EAGLE), or None."""
+    started = time.perf_counter()
+    reuse = common_prefix(backend.cached_tokens, context[:-1])
+    if drafter.needs_hidden_states:  # a feature-fed drafter needs at least the last prompt token's features
+        reuse = min(reuse, max(len(context) - 2, 0))
+    backend.truncate(reuse)
+    features = None
+    if drafter.needs_hidden_states:
+        rows = backend.prefill_features(context[reuse:-1], progress=on_prefill)
+        features = (reuse, rows) if len(rows) else None
+    else:
+        backend.prefill(context[reuse:-1], progress=on_prefill)
+    stats.prefill_tokens = len(context) - 1 - reuse
+    stats.prefill_s = time.perf_counter() - started
+    return features
+
+
+def _propose(drafter: Drafter, context: list[int], k: int, features) -> Draft:
+    if k > 0:
+        return drafter.propose(context, k, features).cut(k)
+    if features is not None:
+        drafter.propose(context, 0, features)  # keep a feature-fed drafter's cache complete
+    return Draft()
+
+
+def _forward(backend: Backend, context: list[int], draft: Draft, need_hidden: bool):
+    """The target's forward pass over the pending token and the draft (a chain, or a tree)."""
+    if draft.is_chain:
+        return backend.forward([context[-1], *draft.tokens], return_hidden=need_hidden)
+    return backend.forward_tree([context[-1], *draft.tokens], draft.parents, return_hidden=need_hidden)
+
+
+def _accept(backend: Backend, context: list[int], draft: Draft, out, verdict: Verdict, need_hidden: bool):
+    """Keep the positions the verdict decided in the cache; their target features for the next proposal
+    (a feature-fed drafter), else None."""
+    if not draft.is_chain:
+        backend.accept_path(verdict.path)
+    kept = verdict.accepted + (0 if verdict.held else 1)  # positions fed this step that stay in the cache
+    features = None
+    if need_hidden:
+        rows = out.hidden[[0, *(i + 1 for i in verdict.path)]][:kept]
+        features = (len(context) - 1, rows) if kept else None
+    backend.truncate(len(context) - 1 + kept)
+    return features
+
+
+def _emit(verdict: Verdict, context: list[int], backend: Backend, detok, stopper: StopStrings, room: int):
+    """Append the verdict's tokens to the context up to an end of generation, ``room`` tokens or a stop
+    string: (tokens, their text, how much of it came from the draft, finish reason or None)."""
+    emitted, text, draft_chars, finish = [], "", 0, None
+    for token in verdict.tokens:
+        emitted.append(token)
+        context.append(token)
+        if token in backend.eog_tokens:
+            finish = "stop"
+            break
+        text += detok.push(token)
+        if len(emitted) <= verdict.accepted:
+            draft_chars = len(text)
+        if len(emitted) >= room:
+            finish = "length"
+            break
+    if finish is None and len(context) > backend.n_ctx:
+        finish = "context"
+    text, hit = stopper.feed(text)
+    if hit:
+        finish = "stop"
+    elif finish is not None:
+        text += stopper.feed(detok.flush())[0] + stopper.flush()
+    return emitted, text, draft_chars, finish
 
 
 @dataclass(frozen=True)

@@ -151,9 +151,27 @@ def _parse(text: str, where: str) -> tuple[str | None, dict]:
     return default, {name: _entry(name, table, where) for name, table in models.items()}
 
 
-def _entry(name: str, table, where: str) -> ModelEntry:
+def _check_gguf_table(gguf: dict, at: str) -> None:
+    if not gguf.get("repo") or not gguf.get("files"):
+        raise ConfigError(f"{at}: give 'repo' and 'files' (quantization = file name)")
+    if not all(isinstance(f, str) and f.endswith(".gguf") for f in gguf["files"].values()):
+        raise ConfigError(f"{at}: every entry of 'files' must be a .gguf file name")
+    if gguf.get("quant", next(iter(gguf["files"]))) not in gguf["files"]:
+        raise ConfigError(f"{at}: 'quant' = {gguf['quant']!r} is not one of 'files' ({', '.join(gguf['files'])})")
+
+
+def _check_drafter_lists(table: dict, here: str) -> None:
     from localspec.drafters import DRAFTERS
 
+    for key in ("drafters", "drafts"):
+        if not all(isinstance(d, str) for d in table.get(key, [])):
+            raise ConfigError(f"{here}: {key!r} must be a list of names")
+    bad = [d for d in table.get("drafters", []) if d not in DRAFTERS]
+    if bad:
+        raise ConfigError(f"{here}: 'drafters' lists {bad[0]!r}, which is not a drafter ({', '.join(DRAFTERS)})")
+
+
+def _entry(name: str, table, where: str) -> ModelEntry:
     here = f"{where}, [models.{name}]"
     if not isinstance(table, dict):
         raise ConfigError(f"{here}: must be a table")
@@ -170,13 +188,7 @@ def _entry(name: str, table, where: str) -> ModelEntry:
         _check_keys(table.get(key, {}), allowed, f"{where}, [models.{name}.{key}]")
     gguf = table.get("gguf", {})
     if gguf:
-        at = f"{where}, [models.{name}.gguf]"
-        if not gguf.get("repo") or not gguf.get("files"):
-            raise ConfigError(f"{at}: give 'repo' and 'files' (quantization = file name)")
-        if not all(isinstance(f, str) and f.endswith(".gguf") for f in gguf["files"].values()):
-            raise ConfigError(f"{at}: every entry of 'files' must be a .gguf file name")
-        if gguf.get("quant", next(iter(gguf["files"]))) not in gguf["files"]:
-            raise ConfigError(f"{at}: 'quant' = {gguf['quant']!r} is not one of 'files' ({', '.join(gguf['files'])})")
+        _check_gguf_table(gguf, f"{where}, [models.{name}.gguf]")
     for key in ("mlx", "torch"):
         if key in table and not table[key].get("repo"):
             raise ConfigError(f"{where}, [models.{name}.{key}]: give 'repo'")
@@ -187,12 +199,7 @@ def _entry(name: str, table, where: str) -> ModelEntry:
     context = table.get("context", 4096)
     if context <= 0:
         raise ConfigError(f"{here}: 'context' must be a positive number of tokens, got {context}")
-    for key in ("drafters", "drafts"):
-        if not all(isinstance(d, str) for d in table.get(key, [])):
-            raise ConfigError(f"{here}: {key!r} must be a list of names")
-    bad = [d for d in table.get("drafters", []) if d not in DRAFTERS]
-    if bad:
-        raise ConfigError(f"{here}: 'drafters' lists {bad[0]!r}, which is not a drafter ({', '.join(DRAFTERS)})")
+    _check_drafter_lists(table, here)
     ngram = table.get("ngram", {})
     if ngram and not 1 <= ngram.get("min", 1) <= ngram.get("max", ngram.get("min", 1)):
         raise ConfigError(f"{where}, [models.{name}.ngram]: need 1 <= min <= max")
@@ -262,18 +269,23 @@ def resolve_model(
             else f"model {spec!r} has no MLX source in models.toml (sources: "
             f"{', '.join(entry.sources())}); use --backend llama.cpp"
         )
+    return entry.name, _gguf_path(entry, spec, quant)
+
+
+def _gguf_path(entry: ModelEntry, spec: str, quant: str | None) -> Path:
+    """The GGUF file of an alias: its own path, the embedded package's, or the downloaded one."""
     if entry.path:
-        return entry.name, Path(entry.path)
+        return Path(entry.path)
     if entry.embedded:
         package, _, file = entry.embedded.partition("/")
         found = _package_file(package, file)
         if found is not None:
-            return entry.name, found
+            return found
     if entry.gguf_repo:
         file = entry.gguf_file(quant)
         cached = hf_cached(entry.gguf_repo, file)
         if cached:
-            return entry.name, cached
+            return cached
         raise ModelError(
             f"model {spec!r} is not downloaded: localspec pull {spec}"
             f"{' --quant ' + quant if quant else ''} (or pass --model PATH.gguf)"

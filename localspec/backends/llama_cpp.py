@@ -111,21 +111,7 @@ class LlamaCppBackend(Backend):
         lib = self._lib = _lib()
         self._model = self._ctx = self._batch = self._reference = None
         self._invariant = False
-        mparams = lib.llama_model_default_params()
-        mparams.n_gpu_layers = self._gpu_layers = n_gpu_layers
-        mparams.vocab_only = vocab_only
-        if extra_buffers is not None:
-            mparams.use_extra_bufts = extra_buffers
-        elif batch_invariant or avoid_amx_buffers():  # repacked weights compute 1 and 4+ tokens differently
-            mparams.use_extra_bufts = False
-        if on_load is not None:
-
-            def report(fraction: float, user_data) -> bool:
-                on_load(fraction)
-                return True  # keep loading
-
-            self._progress = lib.llama_progress_callback(report)
-            mparams.progress_callback = self._progress
+        mparams = self._model_params(n_gpu_layers, vocab_only, extra_buffers, batch_invariant, on_load)
         _LOG_LINES.clear()
         self._repack = bool(mparams.use_extra_bufts)
         self._model = lib.llama_model_load_from_file(str(self.path).encode(), mparams)
@@ -164,6 +150,24 @@ class LlamaCppBackend(Backend):
             self._reference = cpu_reference_mode(self._ctx)
             if self._reference is not None:
                 self.capabilities = replace(self.capabilities, batch_invariant=True)
+
+    def _model_params(self, n_gpu_layers, vocab_only, extra_buffers, batch_invariant, on_load):
+        mparams = self._lib.llama_model_default_params()
+        mparams.n_gpu_layers = self._gpu_layers = n_gpu_layers
+        mparams.vocab_only = vocab_only
+        if extra_buffers is not None:
+            mparams.use_extra_bufts = extra_buffers
+        elif batch_invariant or avoid_amx_buffers():  # repacked weights compute 1 and 4+ tokens differently
+            mparams.use_extra_bufts = False
+        if on_load is not None:
+
+            def report(fraction: float, user_data) -> bool:
+                on_load(fraction)
+                return True  # keep loading
+
+            self._progress = self._lib.llama_progress_callback(report)
+            mparams.progress_callback = self._progress
+        return mparams
 
     def set_batch_invariant(self, on: bool) -> None:
         self._invariant = on and self._reference is not None

@@ -237,21 +237,28 @@ def load_gguf(path: Path, dtype):
     state = {"embed.weight": embed, "norm.weight": weight("output_norm.weight")}
     if not cfg.tie_embeddings:
         state["lm_head.weight"] = weight("output.weight")
-    for i in range(cfg.n_layers):
-        for src, dst in _LAYER_NAMES.items():
-            for part in ("weight", "bias"):
-                name = f"blk.{i}.{src}.{part}"
-                if name in tensors:
-                    w = weight(name)
-                    if arch != "qwen2" and src in ("attn_q", "attn_k"):
-                        # llama.cpp's converter interleaves q/k rows for its rotary layout; undo it
-                        w = _unpermute(w, n_heads if src == "attn_q" else n_kv)
-                    state[f"layers.{i}.{dst}.{part}"] = w
+    for (i, dst, part), name in _layer_tensors(cfg.n_layers, tensors):
+        w = weight(name)
+        src = name.split(".")[2]
+        if arch != "qwen2" and src in ("attn_q", "attn_k"):
+            # llama.cpp's converter interleaves q/k rows for its rotary layout; undo it
+            w = _unpermute(w, n_heads if src == "attn_q" else n_kv)
+        state[f"layers.{i}.{dst}.{part}"] = w
     model = Decoder(cfg)
     missing, unexpected = model.load_state_dict({k: torch.tensor(v) for k, v in state.items()}, strict=False)
     if [m for m in missing if m != "inv_freq"] or unexpected:
         raise ModelError(f"{path}: tensors missing {missing[:3]} / unexpected {unexpected[:3]} for a {arch} model")
     return model.to(dtype)
+
+
+def _layer_tensors(n_layers: int, tensors: dict):
+    """((layer, our name, weight|bias), GGUF tensor name) for every layer tensor the file has."""
+    for i in range(n_layers):
+        for src, dst in _LAYER_NAMES.items():
+            for part in ("weight", "bias"):
+                name = f"blk.{i}.{src}.{part}"
+                if name in tensors:
+                    yield (i, dst, part), name
 
 
 def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:

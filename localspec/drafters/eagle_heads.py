@@ -109,6 +109,11 @@ def eagle_layout(config: dict, state: dict, hidden: int, n_layers: int, vocab: i
     for key in _EAGLE3_KEYS:
         if key not in state:
             raise ModelError(f"EAGLE-3 head: no {key}")
+    return EagleLayout(3, layers, _draft_to_target(state, vocab))
+
+
+def _draft_to_target(state: dict, vocab: int) -> np.ndarray:
+    """The target id of each EAGLE-3 draft-vocabulary id (draft id d is target id d + d2t[d])."""
     n_draft = int(state["lm_head.weight"].shape[0])
     if "d2t" in state:
         d2t = np.asarray(state["d2t"]).astype(np.int64)
@@ -118,10 +123,10 @@ def eagle_layout(config: dict, state: dict, hidden: int, n_layers: int, vocab: i
         d2t = np.zeros(n_draft, np.int64)
     else:
         raise ModelError(f"EAGLE-3 head: a {n_draft}-token draft vocabulary needs a d2t map")
-    to_target = np.arange(n_draft) + d2t  # draft id d is target id d + d2t[d]
+    to_target = np.arange(n_draft) + d2t
     if to_target.max() >= vocab or to_target.min() < 0:
         raise ConfigError(f"EAGLE-3 head: d2t maps past the target's {vocab} tokens: it belongs to another model")
-    return EagleLayout(3, layers, to_target)
+    return to_target
 
 
 def load_eagle_head(folder: Path, target) -> EagleHead:

@@ -444,40 +444,51 @@ class ChatApp(App):
                 turn.show_colours(self.colours)
 
     async def _run_slash(self, slash) -> None:
-        session = self.session
-        if slash.name == "help":
-            await self._note(HELP)
-        elif slash.name == "quit":
-            self.exit()
-        elif slash.name == "save":
-            path = Path(slash.arg).expanduser() if slash.arg else None
-            try:
-                await self._note(f"saved to {self.chat.save(path or self._default_path())}")
-            except OSError as exc:
-                await self._note(f"could not save: {exc}", error=True)
-        elif slash.name == "system":
-            self.chat.conversation.system = slash.arg
-            self._save()
-            await self._note(f"system prompt {'set' if slash.arg else 'cleared'}")
+        anytime = {
+            "help": self._slash_help,
+            "quit": self._slash_quit,
+            "save": self._slash_save,
+            "system": self._slash_system,
+        }
+        if slash.name in anytime:
+            await anytime[slash.name](slash.arg)
         elif self.generating:
             await self._note(f"/{slash.name} has to wait until the answer is done (Esc stops it)", error=True)
         elif slash.name == "clear":
             self.chat = SavedChat.new(self.chat.model, self.chat.conversation.system)
             await self.query_one("#conversation").remove_children()
             await self._note("new chat")
-        elif session is None:
+        elif self.session is None:
             await self._note("the model is not loaded yet", error=True)
         elif slash.name == "drafter":  # on the engine thread: a draft model loads there, and runs there
             self.query_one(StatusBar).update(f" switching to the {slash.arg} drafter…")
             self._jobs.put(lambda: self._switch_drafter(slash.arg))
             return
         elif slash.name == "k":
-            session.set_draft_tokens(slash.arg)
-            await self._note(f"draft tokens per step: {session.speclen.label}")
+            self.session.set_draft_tokens(slash.arg)
+            await self._note(f"draft tokens per step: {self.session.speclen.label}")
         elif slash.name == "temp":
-            session.sampling = replace(session.sampling, temperature=slash.arg)
+            self.session.sampling = replace(self.session.sampling, temperature=slash.arg)
             await self._note(f"temperature: {slash.arg:g}" + (" (greedy)" if slash.arg == 0 else ""))
         self._refresh_status()
+
+    async def _slash_help(self, arg) -> None:
+        await self._note(HELP)
+
+    async def _slash_quit(self, arg) -> None:
+        self.exit()
+
+    async def _slash_save(self, arg) -> None:
+        path = Path(arg).expanduser() if arg else None
+        try:
+            await self._note(f"saved to {self.chat.save(path or self._default_path())}")
+        except OSError as exc:
+            await self._note(f"could not save: {exc}", error=True)
+
+    async def _slash_system(self, arg) -> None:
+        self.chat.conversation.system = arg
+        self._save()
+        await self._note(f"system prompt {'set' if arg else 'cleared'}")
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _default_path(self) -> Path:

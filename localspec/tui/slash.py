@@ -28,34 +28,56 @@ class SlashError(ValueError):
     pass
 
 
+def _drafter_arg(arg: str) -> str:
+    if arg not in DRAFTERS:
+        raise SlashError(f"/drafter needs one of: {', '.join(DRAFTERS)}")
+    return arg
+
+
+def _k_arg(arg: str) -> int | str:
+    if arg == "auto":
+        return "auto"
+    if not arg.isdigit() or int(arg) < 1:
+        raise SlashError("/k needs a whole number of tokens (at least 1) or auto")
+    return int(arg)
+
+
+def _temp_arg(arg: str) -> float:
+    try:
+        value = float(arg)
+    except ValueError:
+        raise SlashError("/temp needs a number, e.g. /temp 0.7 (0 = greedy)") from None
+    if value < 0:
+        raise SlashError("/temp must be >= 0")
+    return value
+
+
+def _optional_text(arg: str) -> str | None:
+    return arg or None
+
+
+def _no_arg(arg: str) -> None:
+    return None
+
+
+_ARGUMENTS = {
+    "drafter": _drafter_arg,
+    "k": _k_arg,
+    "temp": _temp_arg,
+    "system": _optional_text,
+    "save": _optional_text,
+    "clear": _no_arg,
+    "help": _no_arg,
+    "quit": _no_arg,
+}  # command -> its argument
+
+
 def parse_slash(text: str) -> Slash | None:
     """None if ``text`` is a message, not a command. Raises SlashError with a readable reason."""
     if not text.startswith("/") or text.startswith("//"):
         return None
     name, _, arg = text[1:].strip().partition(" ")
-    arg = arg.strip()
-    if name == "drafter":
-        if arg not in DRAFTERS:
-            raise SlashError(f"/drafter needs one of: {', '.join(DRAFTERS)}")
-        return Slash(name, arg)
-    if name == "k":
-        if arg == "auto":
-            return Slash(name, "auto")
-        if not arg.isdigit() or int(arg) < 1:
-            raise SlashError("/k needs a whole number of tokens (at least 1) or auto")
-        return Slash(name, int(arg))
-    if name == "temp":
-        try:
-            value = float(arg)
-        except ValueError:
-            raise SlashError("/temp needs a number, e.g. /temp 0.7 (0 = greedy)") from None
-        if value < 0:
-            raise SlashError("/temp must be >= 0")
-        return Slash(name, value)
-    if name == "system":
-        return Slash(name, arg or None)
-    if name in ("clear", "help", "quit"):
-        return Slash(name)
-    if name == "save":
-        return Slash(name, arg or None)
-    raise SlashError(f"unknown command /{name}; /help lists them")
+    parse = _ARGUMENTS.get(name)
+    if parse is None:
+        raise SlashError(f"unknown command /{name}; /help lists them")
+    return Slash(name, parse(arg.strip()))

@@ -14,15 +14,7 @@ from pathlib import Path
 
 from localspec.chat import Conversation
 from localspec.errors import ConfigError
-from localspec.fileio import atomic_write
-
-
-def data_dir() -> Path:
-    """$LOCALSPEC_DATA, else $XDG_DATA_HOME/localspec (~/.local/share/localspec)."""
-    return Path(
-        os.environ.get("LOCALSPEC_DATA")
-        or os.path.join(os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "localspec")
-    )
+from localspec.fileio import atomic_write, data_dir
 
 
 def chats_dir() -> Path:

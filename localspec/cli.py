@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from localspec import __version__
 from localspec.drafters import DRAFTERS
+from localspec.drafters.ngram import N_MAX, N_MIN
 from localspec.errors import LocalspecError
 from localspec.sampling import SamplingParams
 
@@ -74,8 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="--drafter eagle: draft trees of N tokens (EAGLE-2 dynamic trees, verified with tree "
         "attention) instead of chains (0, the default)",
     )
-    g.add_argument("--ngram-min", type=int, help="shortest n-gram the ngram drafter matches (2)")
-    g.add_argument("--ngram-max", type=int, help="longest n-gram the ngram drafter matches (4)")
+    g.add_argument("--ngram-min", type=int, help=f"shortest n-gram the ngram drafter matches ({N_MIN})")
+    g.add_argument("--ngram-max", type=int, help=f"longest n-gram the ngram drafter matches ({N_MAX})")
     g.add_argument("--suffix-max-depth", type=int, help="suffix drafter: longest context it matches + drafts (64)")
     g.add_argument("--suffix-min-prob", type=float, help="suffix drafter: stop a draft below this confidence (0.5)")
     g.add_argument("--suffix-factor", type=float, help="suffix drafter: draft at most factor x match length (4.0)")
@@ -98,9 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g = common.add_argument_group("sampling (llama.cpp's defaults; --temperature 0 is greedy)")
     g.add_argument("--temperature", "-t", type=float, help=f"{SamplingParams.temperature} (bench: 0); 0 is greedy")
-    g.add_argument("--top-k", type=int, default=40, help="0 turns it off")
-    g.add_argument("--top-p", type=float, default=0.95, help="1 turns it off")
-    g.add_argument("--min-p", type=float, default=0.05, help="0 turns it off")
+    g.add_argument("--top-k", type=int, default=SamplingParams.top_k, help="0 turns it off")
+    g.add_argument("--top-p", type=float, default=SamplingParams.top_p, help="1 turns it off")
+    g.add_argument("--min-p", type=float, default=SamplingParams.min_p, help="0 turns it off")
     g.add_argument("--seed", type=int, help="make sampling reproducible")
     g.add_argument("--max-tokens", "-n", type=int, default=512, help="most tokens in one answer")
     g.add_argument(

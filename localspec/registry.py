@@ -111,7 +111,7 @@ class Registry:
 
 
 def local_file() -> Path:
-    from localspec.chat_store import data_dir
+    from localspec.fileio import data_dir
 
     return data_dir() / "local-models.toml"
 

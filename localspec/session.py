@@ -212,15 +212,21 @@ def drafter_options(args, entry: ModelEntry | None, registry=None) -> DrafterOpt
     known = entry.drafts if entry else ()
     draft_spec = getattr(args, "draft_model", None)
     backend = getattr(args, "backend", None) or choose_backend(args.model, entry)
-    draft_path = str(resolve_model(draft_spec, registry or load_registry(), backend=backend)[1]) if draft_spec else None
+    registry = registry or load_registry()
+
+    def find_model(name: str) -> str:
+        return str(resolve_model(name, registry, backend=backend)[1])
+
+    draft_path = find_model(draft_spec) if draft_spec else None
     ngram = entry.ngram if entry else {}
     return DrafterOptions(
-        ngram_min=args.ngram_min or ngram.get("min", 2),
-        ngram_max=args.ngram_max or ngram.get("max", 4),
+        ngram_min=args.ngram_min or ngram.get("min", DrafterOptions.ngram_min),
+        ngram_max=args.ngram_max or ngram.get("max", DrafterOptions.ngram_max),
         suffix=suffix,
         draft_model=draft_path,
         draft_name=draft_spec,
         known_drafts=known,
+        find_model=find_model,
         seed=args.seed,
         eagle_head=getattr(args, "eagle_head", None) or (entry.eagle.get("torch") if entry else None),
         eagle_tree=getattr(args, "eagle_tree", 0) or 0,

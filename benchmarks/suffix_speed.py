@@ -20,7 +20,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
-from localspec.drafters.suffix import SuffixDrafter, SuffixParams  # noqa: E402
+from localspec.drafters.suffix import SuffixDrafter, SuffixOptions  # noqa: E402
 from localspec.drafters.suffix_store import AnswerStore  # noqa: E402
 from localspec.registry import resolve_model  # noqa: E402
 
@@ -55,7 +55,7 @@ def main() -> None:
     for start in range(0, len(corpus), 400):  # answer-sized pieces
         store.add(corpus[start : start + 400])
     t = time.perf_counter()
-    drafter = SuffixDrafter(SuffixParams(), store)
+    drafter = SuffixDrafter(SuffixOptions(), store)
     build_s = time.perf_counter() - t
 
     prompt = probe[:1000]

@@ -17,6 +17,7 @@ import numpy as np
 
 from localspec.backends.torch_backend import TorchBackend
 from localspec.drafters.eagle import EagleDrafter
+from localspec.types import Features
 
 TEXT = "Explain how a hash table works. It maps keys to values using a hash function. " * 4
 
@@ -57,7 +58,7 @@ def main() -> None:
             drafter = EagleDrafter(backend, args.eagle_head, tree_nodes=12)
             drafter.begin(tokens)
             backend.truncate(0)
-            drafter.propose(tokens, 0, (0, backend.prefill_features(tokens[:-1])))
+            drafter.feed(tokens, Features(0, backend.prefill_features(tokens[:-1])))
             head = drafter.head
             report["eagle"] = {
                 "score_vocab_ms": ms(lambda head=head, drafter=drafter: head.logits(drafter._last)),

@@ -24,7 +24,7 @@ from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
 from localspec.chat import Conversation  # noqa: E402
 from localspec.chat_store import SavedChat  # noqa: E402
 from localspec.commands import _stream  # noqa: E402
-from localspec.drafters import DrafterOptions, make_drafter  # noqa: E402
+from localspec.drafters.table import DrafterSetup  # noqa: E402
 from localspec.registry import resolve_model  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 from localspec.session import Session  # noqa: E402
@@ -54,14 +54,12 @@ def one_run(mode: str, model: str, drafter: str, tokens: int) -> float:
     'app' inside the Textual app (its engine thread)."""
     _, path = resolve_model(model)
     tmp = tempfile.mkdtemp()
-    options = DrafterOptions(suffix_cache_dir=tmp)
+    options = DrafterSetup().with_options("suffix", cache_dir=tmp)
     greedy = SamplingParams(temperature=0)
 
     def open_session(progress=None):  # in the app: on its engine thread, as `localspec chat` loads it
         backend = LlamaCppBackend(path, n_ctx=2048)
-        return Session(
-            backend, make_drafter(drafter, backend, options), greedy, model, max_tokens=tokens, drafter_options=options
-        )
+        return Session(backend, options.build(drafter, backend), greedy, model, max_tokens=tokens, drafters=options)
 
     if mode == "run":
         conversation = Conversation()

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
 from localspec.bench import load_cases  # noqa: E402
 from localspec.chat import Conversation  # noqa: E402
-from localspec.drafters import DrafterOptions, make_drafter  # noqa: E402
+from localspec.drafters.table import DrafterSetup  # noqa: E402
 from localspec.engine import stream_generate  # noqa: E402
 from localspec.registry import resolve_model  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
@@ -115,7 +115,11 @@ def main() -> None:
     methods = args.methods.split(",")
     # the suffix cache of a benchmark lives in a fresh folder: it starts cold and leaves the user's alone
     cache_dir = tempfile.mkdtemp(prefix="localspec-bench-suffix-")
-    drafter_options = DrafterOptions(ngram_min=args.ngram_min, ngram_max=args.ngram_max, suffix_cache_dir=cache_dir)
+    drafter_options = (
+        DrafterSetup()
+        .with_options("ngram", min=args.ngram_min, max=args.ngram_max)
+        .with_options("suffix", cache_dir=cache_dir)
+    )
     backend = LlamaCppBackend(path, n_ctx=args.ctx, n_threads=args.threads)
     llama = None
     if "peer" in methods:
@@ -132,7 +136,7 @@ def main() -> None:
             draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
         )
 
-    drafters = {m: make_drafter(m, backend, drafter_options) for m in methods if m != "peer"}
+    drafters = {m: drafter_options.build(m, backend) for m in methods if m != "peer"}
     results = []
     for i, (pass_no, case) in enumerate((p, c) for p in range(1, args.passes + 1) for c in cases):
         conv = Conversation()

@@ -23,20 +23,13 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 
-import numpy as np
-
-from localspec.baseline import PlainBaseline
-from localspec.chat import Conversation
-from localspec.drafters import check_drafter_name, make_drafter
-from localspec.engine import stream_generate
 from localspec.errors import ConfigError, LocalspecError
 from localspec.peer import SPEC_TYPES, ServerConfig, find_llama_server, running
-from localspec.session import Session
-from localspec.speclen import AdaptiveK, make_policy
+from localspec.session import Runner, Session
 from localspec.types import common_prefix
 
 BUILTIN_WORKLOAD = resources.files("localspec") / "bench_workload.jsonl"
@@ -57,15 +50,6 @@ NOTES = [
     "verify_ms[n] (the suffix method's controller, over the window sizes it measured); fraction_of_bound = "
     "median ratio / bound",
 ]
-
-
-@dataclass
-class Method:
-    label: str
-    drafter: object
-    policy: object
-    plain: PlainBaseline = field(default_factory=PlainBaseline)  # its in-session speedup baseline
-    guard: bool = True  # the session's exact guard applies (NAME+noguard: it does not)
 
 
 def load_cases(path: str | None = None) -> list[dict]:
@@ -108,45 +92,41 @@ def _source_of(spec: str, where: str, number: int) -> str:
         raise ConfigError(f"{where}, line {number}: source {spec!r} not found ({exc})") from exc
 
 
-def make_methods(spec: str, session: Session, default_k, scratch: str | None = None) -> list[Method]:
+def make_methods(spec: str, session: Session, default_k, scratch: str | None = None) -> list[Runner]:
     """Fresh drafters and controllers for the methods of `spec`; with `scratch`, every method's suffix
     cache lives in its own empty folder under it."""
-    methods: list[Method] = []
+    methods: list[Runner] = []
     try:
         for j, item in enumerate([s.strip() for s in spec.split(",") if s.strip()]):
             methods.append(_make_method(item, session, default_k, scratch and Path(scratch) / f"method-{j}"))
+        if not methods:
+            raise ConfigError("--drafters lists no method")
+        if "none" not in [m.label for m in methods]:
+            methods.insert(0, session.runner("none", "none", 1))  # plain: the baseline
     except BaseException:
         for method in methods:  # e.g. a draft model already loaded for an earlier method
             method.drafter.close()
         raise
-    if not methods:
-        raise ConfigError("--drafters lists no method")
-    if "none" not in [m.label for m in methods]:
-        methods.insert(0, Method("none", make_drafter("none"), make_policy(1)))  # plain: the baseline
     return methods
 
 
-def _make_method(item: str, session: Session, default_k, cache_dir: Path | None) -> Method:
+def _make_method(item: str, session: Session, default_k, cache_dir: Path | None) -> Runner:
     match = re.fullmatch(r"([a-z]+)(?:@([a-z0-9:]+))?(?:#(\d+))?(?:@([a-z0-9:]+))?(\+noguard)?", item)
     if not match or (match.group(2) and match.group(4)):
         raise ConfigError(
             f"--drafters {item!r}: expected NAME, NAME@K or eagle#N (trees of N tokens), optionally +noguard"
         )
     name, k, tree = match.group(1), match.group(2) or match.group(4), match.group(3)
-    check_drafter_name(name)
-    options = session.drafter_options
-    if cache_dir:
-        options = replace(options, suffix_cache_dir=str(cache_dir))
+    options = {}
+    if cache_dir and name == "suffix":
+        options["cache_dir"] = str(cache_dir)
     if tree:
         if name != "eagle":
             raise ConfigError(f"--drafters {item!r}: #N (tree size) goes with eagle, e.g. eagle#16")
-        options = replace(options, eagle_tree=int(tree))
-    drafter = make_drafter(name, session.backend, options)
-    # the controller starts from the machine's measured cost curve, as a user's chat does after its first
-    # session (LOCALSPEC_NO_COST_CACHE=1 benchmarks the very first start)
-    guard = not match.group(5)  # without the guard a greedy session's kernels are the default ones
-    costs = None if guard else session.cost_cache(False)
-    return Method(item, drafter, session.new_policy(k or (1 if name == "none" else default_k), costs), guard=guard)
+        options["tree"] = int(tree)
+    # LOCALSPEC_NO_COST_CACHE=1 benchmarks the very first start (no measured cost curve)
+    k = k or (1 if name == "none" else default_k)
+    return session.runner(item, name, k, guard=not match.group(5), **options)
 
 
 def parse_peer_types(spec: str) -> list[str]:
@@ -180,7 +160,7 @@ def peer_config(
         )
     draft, notes = None, []
     if "draft-simple" in types:
-        draft, why = _peer_draft(session.drafter_options)
+        draft, why = _peer_draft(session)
         if draft is None:
             types = [t for t in types if t != "draft-simple"]
             notes.append(f"server:draft-simple skipped: {why}")
@@ -196,19 +176,16 @@ def peer_config(
     return config, types, notes
 
 
-def _peer_draft(options) -> tuple[Path | None, str]:
-    """--draft-model, else the target's first `drafts` entry of models.toml, as a GGUF file."""
-    from localspec.registry import resolve_model
-
-    if options.draft_model:
-        path = Path(options.draft_model)
-    elif options.known_drafts:
-        try:
-            path = resolve_model(options.known_drafts[0], backend="llama.cpp")[1]
-        except LocalspecError as exc:
-            return None, f"the model's draft {options.known_drafts[0]} is not available ({exc})"
-    else:
+def _peer_draft(session: Session) -> tuple[Path | None, str]:
+    """The draft model the draft drafter would load (--draft-model, else the model's first recommended
+    draft), as a GGUF file."""
+    try:
+        found = session.draft_model_path()
+    except LocalspecError as exc:
+        return None, f"the model's draft is not available ({exc})"
+    if found is None:
         return None, "no draft model (pass --draft-model; models.toml lists none for this model)"
+    path = Path(found)
     if path.suffix != ".gguf" or not path.is_file():
         return None, f"the draft model {path} is not a GGUF file"
     return path, ""
@@ -288,9 +265,7 @@ def _run_repeat(session, spec, default_k, cases, r, scratch: Path, peer, peer_ty
             runners += [(SERVER + t, _server_runner(server)) for t, server in servers.items()]
             for j, case in enumerate(cases):
                 i = r * len(cases) + j
-                conv = Conversation()
-                conv.messages = [dict(m) for m in case["messages"]]
-                prompt = conv.prompt_tokens(session.backend, reserve=case["max_tokens"])
+                prompt = session.prompt_tokens(case["messages"], reserve=case["max_tokens"])
                 order = runners[i % len(runners) :] + runners[: i % len(runners)]
                 row = {
                     "id": case["id"],
@@ -317,28 +292,14 @@ def _run_repeat(session, spec, default_k, cases, r, scratch: Path, peer, peer_ty
     finally:
         for method in methods:
             method.drafter.close()
-        for guard, costs in ((True, session.costs), (False, session.cost_cache(False))):
-            measured = [m.policy for m in methods if isinstance(m.policy, AdaptiveK) and m.guard == guard]
-            if measured and costs is not None:  # the curve of the method that measured most sizes
-                costs.save(max(measured, key=lambda p: len(p.costs()["verify_s"])).costs())
+        session.keep_costs(methods)
     return rows
 
 
-def _localspec_runner(session: Session, method: Method) -> Callable:
+def _localspec_runner(session: Session, method: Runner) -> Callable:
     def run(prompt, max_tokens, rng_seed) -> dict:
-        session.backend.truncate(0)  # every method prefills the whole prompt, as a new chat does
         tokens, stats, first_step = [], None, None
-        for event in stream_generate(
-            session.backend,
-            method.drafter,
-            prompt,
-            session.sampling,
-            max_tokens=max_tokens,
-            draft_tokens=method.policy,
-            rng=np.random.default_rng(rng_seed),
-            plain=method.plain,
-            exact_guard=session.exact_guard if method.guard else None,
-        ):
+        for event in session.run(method, prompt, max_tokens, rng_seed):
             tokens.extend(event.tokens)
             stats = event.stats
             if first_step is None:

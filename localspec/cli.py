@@ -7,8 +7,8 @@ import sys
 from collections.abc import Sequence
 
 from localspec import __version__
-from localspec.drafters import DRAFTERS
-from localspec.drafters.ngram import N_MAX, N_MIN
+from localspec.config import DEFAULT_DRAFTER, MAX_TOKENS
+from localspec.drafters.table import DRAFTERS
 from localspec.errors import LocalspecError
 from localspec.sampling import SamplingParams
 
@@ -16,6 +16,21 @@ from localspec.sampling import SamplingParams
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, not usage + error
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _drafter_flags(parser: argparse.ArgumentParser) -> None:
+    """Each drafter's options, as its module declares them (localspec/drafters/table.py)."""
+    for kind in DRAFTERS.values():
+        infos = [i for i in kind.option_infos() if i.flag]
+        if not infos:
+            continue
+        g = parser.add_argument_group(f"--drafter {kind.name}: {kind.summary}")
+        for info in infos:
+            default = (
+                "" if info.default is None else f" ({info.default:g})" if info.kind is float else f" ({info.default})"
+            )
+            metavar = "N" if info.kind is int else "X" if info.kind is float else None
+            g.add_argument(info.flag, dest=info.dest, type=info.kind, metavar=metavar, help=info.help + default)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,45 +60,19 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--gpu-layers",
         type=int,
-        default=0,
         help="layers to offload with a CUDA/Metal/Vulkan build of llama.cpp (-1: all)",
     )
     g = common.add_argument_group("speculation")
-    g.add_argument("--drafter", "-d", default="suffix", help=f"one of: {', '.join(DRAFTERS)} (default: suffix)")
+    g.add_argument(
+        "--drafter",
+        "-d",
+        help=f"one of: {', '.join(DRAFTERS)} (default: the model's first in models.toml, else {DEFAULT_DRAFTER})",
+    )
     g.add_argument(
         "--draft-tokens",
         "-k",
-        default="auto",
         help="tokens drafted per step: a number fixes it; 'auto' (the default) lets a controller pick "
         "0..64 each step from measured costs and the drafter's confidence; 'auto:N' caps it at N",
-    )
-    g.add_argument(
-        "--draft-model",
-        help="--drafter draft: the draft model, a name or a .gguf path "
-        "(default: the first of the target's 'drafts' in models.toml)",
-    )
-    g.add_argument(
-        "--eagle-head",
-        help="--drafter eagle: an EAGLE-1/2/3 head, a folder or a downloaded Hub repo "
-        "(default: the model's in models.toml; torch backend)",
-    )
-    g.add_argument(
-        "--eagle-tree",
-        type=int,
-        default=0,
-        metavar="N",
-        help="--drafter eagle: draft trees of N tokens (EAGLE-2 dynamic trees, verified with tree "
-        "attention) instead of chains (0, the default)",
-    )
-    g.add_argument("--ngram-min", type=int, help=f"shortest n-gram the ngram drafter matches ({N_MIN})")
-    g.add_argument("--ngram-max", type=int, help=f"longest n-gram the ngram drafter matches ({N_MAX})")
-    g.add_argument("--suffix-max-depth", type=int, help="suffix drafter: longest context it matches + drafts (64)")
-    g.add_argument("--suffix-min-prob", type=float, help="suffix drafter: stop a draft below this confidence (0.5)")
-    g.add_argument("--suffix-factor", type=float, help="suffix drafter: draft at most factor x match length (4.0)")
-    g.add_argument(
-        "--suffix-offset",
-        type=float,
-        help="suffix drafter: ... plus this many tokens (-2: matches under 3 tokens draft nothing)",
     )
     g.add_argument(
         "--no-exact-guard",
@@ -92,18 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
         "windows (wide windows cost less, but the output may differ from plain decoding where "
         "batched rounding flips a tie)",
     )
-    g.add_argument(
-        "--suffix-cache-tokens",
-        type=int,
-        help="suffix drafter: bound of the cache of past answers on disk (200000; 0 turns it off)",
-    )
+    _drafter_flags(common)
     g = common.add_argument_group("sampling (llama.cpp's defaults; --temperature 0 is greedy)")
     g.add_argument("--temperature", "-t", type=float, help=f"{SamplingParams.temperature} (bench: 0); 0 is greedy")
-    g.add_argument("--top-k", type=int, default=SamplingParams.top_k, help="0 turns it off")
-    g.add_argument("--top-p", type=float, default=SamplingParams.top_p, help="1 turns it off")
-    g.add_argument("--min-p", type=float, default=SamplingParams.min_p, help="0 turns it off")
+    g.add_argument("--top-k", type=int, help=f"{SamplingParams.top_k}; 0 turns it off")
+    g.add_argument("--top-p", type=float, help=f"{SamplingParams.top_p}; 1 turns it off")
+    g.add_argument("--min-p", type=float, help=f"{SamplingParams.min_p}; 0 turns it off")
     g.add_argument("--seed", type=int, help="make sampling reproducible")
-    g.add_argument("--max-tokens", "-n", type=int, default=512, help="most tokens in one answer")
+    g.add_argument("--max-tokens", "-n", type=int, help=f"most tokens in one answer ({MAX_TOKENS})")
     g.add_argument(
         "--stop",
         action="append",
@@ -211,6 +196,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--seed", type=int, help="initialisation and data order")
 
+    conf = sub.add_parser(
+        "config",
+        parents=[common],
+        help="print every setting a run with these flags would use and where it comes from "
+        "(flag, environment, models.toml, default); loads no model",
+    )
+    conf.add_argument("--json", action="store_true", help="print JSON")
+
     chat = sub.add_parser("chat", parents=[common], help="multi-turn chat")
     chat.add_argument("--plain", action="store_true", help="line-based chat (also used when not on a terminal)")
     chat.add_argument(
@@ -221,8 +214,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "temperature", 0) is None:  # benchmarks are greedy unless asked otherwise
-        args.temperature = 0.0 if args.command == "bench" else SamplingParams.temperature
     try:
         from localspec import commands
 
@@ -236,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rm": commands.rm_command,
             "train-eagle": commands.train_eagle_command,
             "calibrate": commands.calibrate_command,
+            "config": commands.config_command,
         }[args.command](args)
     except LocalspecError as exc:
         print(f"localspec: error: {exc}", file=sys.stderr)

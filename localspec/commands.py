@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from localspec.chat import Conversation
 from localspec.chat_store import SavedChat, load_chat
+from localspec.config import Settings, settings_from_args
 from localspec.errors import ConfigError, LocalspecError
 from localspec.session import Session
 from localspec.stats import TurnStats
@@ -34,7 +36,7 @@ def run_command(args) -> int:
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     conversation = Conversation(system=args.system)
     conversation.add("user", prompt)
-    with Session.from_args(args) as session:
+    with Session.open(settings_from_args(args)) as session:
         if not args.json:
             print(f"loaded {session.load_report()}", file=sys.stderr)
         text, stats, finish = _stream(session, conversation, None if args.json else sys.stdout)
@@ -60,13 +62,14 @@ def run_command(args) -> int:
 
 def chat_command(args) -> int:
     """The Textual app on a terminal; the line-based chat otherwise (pipes, --plain)."""
-    chat = _chat_to_continue(args)
+    settings = settings_from_args(args)
+    chat = _chat_to_continue(args, settings)
     if args.plain or not (sys.stdin.isatty() and sys.stdout.isatty()):
-        return plain_chat(args, chat)
+        return plain_chat(settings, chat)
     from localspec.tui.app import ChatApp
 
     def open_session(progress):
-        return Session.from_args(args, on_load=lambda fraction: progress(f"loading the model {fraction:.0%}"))
+        return Session.open(settings, on_load=lambda fraction: progress(f"loading the model {fraction:.0%}"))
 
     app = ChatApp(open_session, chat)
     app.run()
@@ -75,24 +78,22 @@ def chat_command(args) -> int:
     return 0
 
 
-def _chat_to_continue(args) -> SavedChat:
+def _chat_to_continue(args, settings: Settings) -> SavedChat:
     if args.resume:
         chat = load_chat(None if args.resume == "latest" else args.resume)
         if args.system:
             chat.conversation.system = args.system
         return chat
-    from localspec.registry import load_registry
-
-    return SavedChat.new(args.model or load_registry().default, args.system)
+    return SavedChat.new(args.model or settings.model, settings.system)
 
 
 def chat_saved(chat: SavedChat) -> bool:
     return bool(chat.conversation.messages)
 
 
-def plain_chat(args, chat: SavedChat) -> int:
+def plain_chat(settings: Settings, chat: SavedChat) -> int:
     interactive = sys.stdin.isatty()
-    with Session.from_args(args) as session:
+    with Session.open(settings) as session:
         conversation = chat.conversation
         if interactive:
             print(
@@ -142,7 +143,7 @@ def calibrate_command(args) -> int:
 
     if args.positions < 16:
         raise ConfigError(f"--positions must be at least 16, got {args.positions}")
-    with Session.from_args(args) as session:
+    with Session.open(settings_from_args(args)) as session:
         print(f"calibrating {session.load_report()}", file=sys.stderr)
         result = calibrate(session.backend, lambda line: print(f"  {line}", file=sys.stderr), args.positions)
     print(json.dumps(result))
@@ -173,7 +174,7 @@ def simulate_command(args) -> int:
             step_cost = cost_curve(json.loads(Path(args.cost_curve).read_text(encoding="utf-8"))["ms"])
         except (OSError, ValueError, KeyError) as exc:
             raise LocalspecError(f"--cost-curve {args.cost_curve}: not a verify-cost JSON ({exc!r})") from exc
-    with Session.from_args(args) as session:
+    with Session.open(settings_from_args(args)) as session:
         cases = [
             (session.backend.chat_tokens(messages[:-1]), session.backend.tokenize(messages[-1]["content"]))
             for messages in records
@@ -227,19 +228,19 @@ def bench_command(args) -> int:
         cases = [c for c in cases if c["id"] in wanted]
         if not cases:
             raise LocalspecError(f"--cases {args.cases}: no such case in the workload")
+    settings = replace(settings_from_args(args), drafter="none")  # the methods make their own drafters
     for case in cases:  # --max-tokens caps the workload's own lengths
-        case["max_tokens"] = min(case["max_tokens"], args.max_tokens)
+        case["max_tokens"] = min(case["max_tokens"], settings.max_tokens)
     if args.repeats < 1:
         raise LocalspecError(f"--repeats must be at least 1, got {args.repeats}")
     peer_types = parse_peer_types(args.peer_types)
     binary = peer_binary(args.peer) if args.peer else None  # a missing peer fails before the model loads
-    args.drafter = "none"  # the methods make their own drafters
-    with Session.from_args(args) as session:
+    with Session.open(settings) as session:
         # run_bench gives every method its own empty scratch suffix cache per repeat: the user's cache stays
         # out of (and untouched by) the benchmark
         peer, notes = None, []
         if binary:
-            peer, peer_types, notes = peer_config(binary, session, peer_types, args.gpu_layers)
+            peer, peer_types, notes = peer_config(binary, session, peer_types, settings.gpu_layers)
             for note in notes:
                 print(f"localspec bench: {note}", file=sys.stderr)
         print(
@@ -251,7 +252,7 @@ def bench_command(args) -> int:
             session,
             args.drafters,
             cases,
-            default_k=args.draft_tokens,
+            default_k=settings.draft_tokens,
             peer=peer,
             peer_types=peer_types,
             seed=args.seed or 0,
@@ -326,3 +327,19 @@ def train_eagle_command(args) -> int:
 
     run_train_eagle(args, log=lambda line: print(line, flush=True))
     return 0
+
+
+def config_command(args) -> int:
+    """Every setting a run with these flags would use, and where each comes from; loads no model."""
+    rows = settings_from_args(args).rows
+    if args.json:
+        print(json.dumps([{"setting": n, "value": _shown(v), "source": s} for n, v, s in rows], indent=1))
+        return 0
+    width = max(len(n) for n, _, _ in rows)
+    for name, value, source in rows:
+        print(f"{name:<{width}}  {_shown(value)}  [{source}]")
+    return 0
+
+
+def _shown(value) -> object:
+    return str(value) if isinstance(value, Path) else list(value) if isinstance(value, tuple) else value

@@ -18,34 +18,15 @@ import numpy as np
 
 from localspec.backends.base import Backend, Progress
 from localspec.baseline import PlainBaseline
-from localspec.drafters.base import Drafter
+from localspec.drafters.base import Drafter, check_fit
 from localspec.errors import ConfigError, ContextOverflow
 from localspec.exact_guard import exact_mode, guard
 from localspec.sampling import SamplingParams
 from localspec.speclen import AdaptiveK, FixedK, make_policy
 from localspec.stats import TurnStats
 from localspec.stopping import StopStrings
-from localspec.types import Draft, TokenEvent, Verdict, common_prefix
+from localspec.types import Draft, Features, ForwardOut, TokenEvent, Verdict, common_prefix
 from localspec.verify import verify_draft
-
-
-def check_capabilities(backend: Backend, drafter: Drafter) -> None:
-    caps = backend.capabilities
-    if not caps.can_truncate and drafter.name != "none":
-        raise ConfigError(
-            f"{backend.model_name}: the {backend.name} cache of this model cannot be rolled "
-            f"back, which speculative decoding needs; use --drafter none"
-        )
-    if getattr(drafter, "tree_nodes", 0) and not caps.tree_attention:
-        raise ConfigError(
-            f"{backend.model_name}: the {backend.name} backend has no tree attention, which tree "
-            f"drafts need; draft chains instead"
-        )
-    if drafter.needs_hidden_states and not caps.hidden_states:
-        raise ConfigError(
-            f"{backend.model_name}: the {backend.name} backend gives no hidden states, which "
-            f"the {drafter.name} drafter needs; pick another drafter or backend"
-        )
 
 
 def stream_generate(
@@ -77,7 +58,7 @@ def stream_generate(
     stats.guard_margin, stats.guard_kernels = margin, invariant
     context = list(prompt)
     detok, stopper = backend.detokenizer(), StopStrings(stop)
-    need_hidden = drafter.needs_hidden_states
+    need_hidden = drafter.needs.hidden_states
     started = time.perf_counter()
     try:
         features = _prefill(backend, drafter, context, on_prefill, stats)
@@ -138,7 +119,7 @@ def stream_generate(
             stats.decode_s = now - started
             yield TokenEvent(tuple(emitted), text, from_draft, stats, finish, min(draft_chars, len(text)))
         if features is not None:  # the last step's features: a feature-fed drafter keeps its cache whole
-            drafter.propose(context, 0, features)
+            drafter.feed(context, features)
     finally:
         backend.truncate(len(context) - 1)  # restore the invariant, whatever happened mid-step
         drafter.end()
@@ -157,21 +138,23 @@ def _check_request(backend: Backend, drafter: Drafter, prompt: Sequence[int], ma
         raise ContextOverflow(
             f"the prompt has {len(prompt)} tokens but the context holds {backend.n_ctx}; shorten it or raise --ctx"
         )
-    check_capabilities(backend, drafter)
+    check_fit(backend, drafter)  # what the drafter needs of the backend
 
 
-def _prefill(backend: Backend, drafter: Drafter, context: list[int], on_prefill: Progress, stats: TurnStats):
+def _prefill(
+    backend: Backend, drafter: Drafter, context: list[int], on_prefill: Progress, stats: TurnStats
+) -> Features | None:
     """Cache the prompt but its last token (reusing what the cache already holds of it); the features of a
     feature-fed drafter's prompt (EAGLE), or None."""
     started = time.perf_counter()
     reuse = common_prefix(backend.cached_tokens, context[:-1])
-    if drafter.needs_hidden_states:  # a feature-fed drafter needs at least the last prompt token's features
+    if drafter.needs.hidden_states:  # a feature-fed drafter needs at least the last prompt token's features
         reuse = min(reuse, max(len(context) - 2, 0))
     backend.truncate(reuse)
     features = None
-    if drafter.needs_hidden_states:
+    if drafter.needs.hidden_states:
         rows = backend.prefill_features(context[reuse:-1], progress=on_prefill)
-        features = (reuse, rows) if len(rows) else None
+        features = Features(reuse, rows) if len(rows) else None
     else:
         backend.prefill(context[reuse:-1], progress=on_prefill)
     stats.prefill_tokens = len(context) - 1 - reuse
@@ -179,22 +162,24 @@ def _prefill(backend: Backend, drafter: Drafter, context: list[int], on_prefill:
     return features
 
 
-def _propose(drafter: Drafter, context: list[int], k: int, features) -> Draft:
+def _propose(drafter: Drafter, context: list[int], k: int, features: Features | None) -> Draft:
     if k > 0:
         return drafter.propose(context, k, features).cut(k)
     if features is not None:
-        drafter.propose(context, 0, features)  # keep a feature-fed drafter's cache complete
+        drafter.feed(context, features)  # keep a feature-fed drafter's cache complete
     return Draft()
 
 
-def _forward(backend: Backend, context: list[int], draft: Draft, need_hidden: bool):
+def _forward(backend: Backend, context: list[int], draft: Draft, need_hidden: bool) -> ForwardOut:
     """The target's forward pass over the pending token and the draft (a chain, or a tree)."""
     if draft.is_chain:
         return backend.forward([context[-1], *draft.tokens], return_hidden=need_hidden)
     return backend.forward_tree([context[-1], *draft.tokens], draft.parents, return_hidden=need_hidden)
 
 
-def _accept(backend: Backend, context: list[int], draft: Draft, out, verdict: Verdict, need_hidden: bool):
+def _accept(
+    backend: Backend, context: list[int], draft: Draft, out: ForwardOut, verdict: Verdict, need_hidden: bool
+) -> Features | None:
     """Keep the positions the verdict decided in the cache; their target features for the next proposal
     (a feature-fed drafter), else None."""
     if not draft.is_chain:
@@ -203,7 +188,7 @@ def _accept(backend: Backend, context: list[int], draft: Draft, out, verdict: Ve
     features = None
     if need_hidden:
         rows = out.hidden[[0, *(i + 1 for i in verdict.path)]][:kept]
-        features = (len(context) - 1, rows) if kept else None
+        features = Features(len(context) - 1, rows) if kept else None
     backend.truncate(len(context) - 1 + kept)
     return features
 

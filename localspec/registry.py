@@ -34,20 +34,10 @@ _ENTRY_KEYS = {
     "mlx": dict,
     "torch": dict,
     "eagle": dict,
-    "suffix": dict,
-    "ngram": dict,
-}
+}  # and a table per drafter with options, [models.NAME.DRAFTER], checked against the drafter's options by config.py
 _GGUF_KEYS = {"repo": str, "quant": str, "files": dict}
 _REPO_KEYS = {"repo": str}
 _EAGLE_KEYS = {"torch": str, "mlx": str}
-_SUFFIX_KEYS = {
-    "max_depth": int,
-    "min_token_prob": float,
-    "max_spec_factor": float,
-    "max_spec_offset": float,
-    "cache_tokens": int,
-}
-_NGRAM_KEYS = {"min": int, "max": int}
 
 
 @dataclass(frozen=True)
@@ -67,8 +57,8 @@ class ModelEntry:
     mlx_repo: str | None = None
     torch_repo: str | None = None
     eagle: dict = field(default_factory=dict)  # backend -> EAGLE head repo
-    suffix: dict = field(default_factory=dict)  # SuffixParams overrides for this model
-    ngram: dict = field(default_factory=dict)  # min/max n-gram sizes
+    drafter_tables: dict = field(default_factory=dict)  # drafter name -> its options for this model (raw TOML)
+    where: str = ""  # the file this entry came from, for messages
 
     def gguf_file(self, quant: str | None = None) -> str:
         quant = quant or self.gguf_quant
@@ -160,30 +150,19 @@ def _check_gguf_table(gguf: dict, at: str) -> None:
         raise ConfigError(f"{at}: 'quant' = {gguf['quant']!r} is not one of 'files' ({', '.join(gguf['files'])})")
 
 
-def _check_drafter_lists(table: dict, here: str) -> None:
-    from localspec.drafters import DRAFTERS
-
+def _check_name_lists(table: dict, here: str) -> None:
     for key in ("drafters", "drafts"):
         if not all(isinstance(d, str) for d in table.get(key, [])):
             raise ConfigError(f"{here}: {key!r} must be a list of names")
-    bad = [d for d in table.get("drafters", []) if d not in DRAFTERS]
-    if bad:
-        raise ConfigError(f"{here}: 'drafters' lists {bad[0]!r}, which is not a drafter ({', '.join(DRAFTERS)})")
 
 
 def _entry(name: str, table, where: str) -> ModelEntry:
     here = f"{where}, [models.{name}]"
     if not isinstance(table, dict):
         raise ConfigError(f"{here}: must be a table")
-    _check_keys(table, _ENTRY_KEYS, here)
-    subtables = {
-        "gguf": _GGUF_KEYS,
-        "mlx": _REPO_KEYS,
-        "torch": _REPO_KEYS,
-        "eagle": _EAGLE_KEYS,
-        "suffix": _SUFFIX_KEYS,
-        "ngram": _NGRAM_KEYS,
-    }
+    drafter_tables = {k: v for k, v in table.items() if k not in _ENTRY_KEYS and isinstance(v, dict)}
+    _check_keys({k: v for k, v in table.items() if k not in drafter_tables}, _ENTRY_KEYS, here)
+    subtables = {"gguf": _GGUF_KEYS, "mlx": _REPO_KEYS, "torch": _REPO_KEYS, "eagle": _EAGLE_KEYS}
     for key, allowed in subtables.items():
         _check_keys(table.get(key, {}), allowed, f"{where}, [models.{name}.{key}]")
     gguf = table.get("gguf", {})
@@ -199,10 +178,7 @@ def _entry(name: str, table, where: str) -> ModelEntry:
     context = table.get("context", 4096)
     if context <= 0:
         raise ConfigError(f"{here}: 'context' must be a positive number of tokens, got {context}")
-    _check_drafter_lists(table, here)
-    ngram = table.get("ngram", {})
-    if ngram and not 1 <= ngram.get("min", 1) <= ngram.get("max", ngram.get("min", 1)):
-        raise ConfigError(f"{where}, [models.{name}.ngram]: need 1 <= min <= max")
+    _check_name_lists(table, here)
     return ModelEntry(
         name,
         table.get("description", ""),
@@ -219,8 +195,8 @@ def _entry(name: str, table, where: str) -> ModelEntry:
         table.get("mlx", {}).get("repo"),
         table.get("torch", {}).get("repo"),
         dict(table.get("eagle", {})),
-        dict(table.get("suffix", {})),
-        dict(ngram),
+        drafter_tables,
+        where,
     )
 
 

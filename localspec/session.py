@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -12,15 +11,34 @@ from localspec.backends import load_backend
 from localspec.backends.base import Backend, Progress
 from localspec.baseline import PlainBaseline
 from localspec.chat import Conversation
+from localspec.config import MAX_TOKENS, Settings
 from localspec.cost_cache import CostCache, cache_disabled
-from localspec.drafters import DrafterOptions, check_drafter_name, make_drafter
 from localspec.drafters.base import Drafter
+from localspec.drafters.table import DRAFTERS, DrafterSetup
 from localspec.engine import stream_generate
 from localspec.exact_guard import exact_mode
-from localspec.registry import ModelEntry, load_registry, model_entry, resolve_model
 from localspec.sampling import SamplingParams
 from localspec.speclen import AdaptiveK, FixedK, make_policy
 from localspec.types import TokenEvent
+
+DRAFTER_NAMES = tuple(DRAFTERS)  # for the chat's /drafter and /help
+
+
+def drafter_summaries() -> list[tuple[str, str]]:
+    """(name, what it does) of every drafter, in the table's order."""
+    return [(kind.name, kind.summary) for kind in DRAFTERS.values()]
+
+
+@dataclass
+class Runner:
+    """A drafter with a speculation-length policy of its own, run on the session's model outside the chat:
+    what `localspec bench` times side by side."""
+
+    label: str
+    drafter: Drafter
+    policy: FixedK | AdaptiveK
+    guard: bool = True  # the session's exact guard applies (NAME+noguard: it does not)
+    plain: PlainBaseline = field(default_factory=PlainBaseline)  # its in-session speedup baseline
 
 
 @dataclass
@@ -29,11 +47,11 @@ class Session:
     drafter: Drafter
     sampling: SamplingParams
     model_name: str
-    max_tokens: int = 512
+    max_tokens: int = MAX_TOKENS
     speclen: FixedK | AdaptiveK = field(default_factory=AdaptiveK)  # kept across turns: what it learnt
     stop: tuple[str, ...] = ()
     rng: np.random.Generator = field(default_factory=np.random.default_rng)
-    drafter_options: DrafterOptions = field(default_factory=DrafterOptions)
+    drafters: DrafterSetup = field(default_factory=DrafterSetup)  # builds any drafter by name, with its options
     costs: CostCache | None = None  # the measured verify-cost curve on disk (None: not kept)
     plain: PlainBaseline = field(default_factory=PlainBaseline)  # what the speedup is measured against
     exact_guard: float | None = None  # the near-tie margin at temperature 0 (None: no guard)
@@ -41,48 +59,40 @@ class Session:
     kernels_invariant: bool = False  # the kernels the cost curve in `costs` was measured with
 
     @classmethod
-    def from_args(cls, args, on_load=None) -> Session:
-        sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p)
-        check_drafter_name(args.drafter)  # bad options fail before the (slow) model load
-        speclen = make_policy(args.draft_tokens)
-        registry = load_registry()
-        entry = model_entry(args.model, registry)
-        backend_name = getattr(args, "backend", None) or choose_backend(args.model, entry)
-        name, path = resolve_model(args.model, registry, backend=backend_name)
-        guarded = not getattr(args, "no_exact_guard", False)
+    def open(cls, settings: Settings, on_load=None) -> Session:
+        """Load the model and the drafter the settings name (config.py built them)."""
         backend = load_backend(
-            backend_name,
-            path,
-            n_ctx=args.ctx,
-            n_threads=args.threads,
-            n_gpu_layers=args.gpu_layers,
+            settings.backend,
+            settings.require_model(),
+            n_ctx=settings.ctx,
+            n_threads=settings.threads,
+            n_gpu_layers=settings.gpu_layers,
             on_load=on_load,
-            batch_invariant=guarded,
+            batch_invariant=settings.exact_guard,
         )
-        options = drafter_options(args, entry, registry)
         try:
-            drafter = make_drafter(args.drafter, backend, options)
+            drafter = settings.drafters.build(settings.drafter, backend)
         except BaseException:
             backend.close()
             raise
         session = cls(
             backend,
             drafter,
-            sampling,
-            name,
-            args.max_tokens,
-            speclen,
-            tuple(args.stop),
-            np.random.default_rng(args.seed),
-            options,
+            settings.sampling,
+            settings.model,
+            settings.max_tokens,
+            make_policy(settings.draft_tokens),
+            settings.stop,
+            np.random.default_rng(settings.seed),
+            settings.drafters,
         )
-        if guarded:
+        if settings.exact_guard:
             from localspec.calibrate import margin_for
 
             session.exact_guard, session.exact_guard_source = margin_for(backend)
         session.kernels_invariant = session.invariant_now()
         session.costs = session.cost_cache(session.kernels_invariant)
-        session.speclen = session.new_policy(speclen)
+        session.speclen = session.new_policy(settings.draft_tokens)
         return session
 
     def invariant_now(self) -> bool:
@@ -168,6 +178,58 @@ class Session:
         self.drafter = drafter
         self.speclen.reset_drafter()
 
+    def switch_drafter(self, name: str) -> None:
+        """Build the drafter ``name`` with the run's options for it and switch to it (the old one stays on
+        an error)."""
+        self.set_drafter(self.drafters.build(name, self.backend))
+
+    def set_temperature(self, temperature: float) -> None:
+        self.sampling = replace(self.sampling, temperature=temperature)
+
+    def draft_model_path(self) -> str | None:
+        """The draft model's file the draft drafter would load (--draft-model, else the model's first
+        recommended draft), or None if there is none."""
+        options, context = self.drafters.options_of("draft"), self.drafters.context
+        if not options.model:
+            return None
+        return context.find_model(options.model) if context.find_model else options.model
+
+    def runner(self, label: str, drafter: str, draft_tokens, guard: bool = True, **options) -> Runner:
+        """A fresh drafter ``drafter`` (its options replaced by ``options``) with its own controller, which
+        starts from the machine's measured cost curve for the kernels it will run, as a user's chat does after
+        its first session."""
+        costs = None if guard else self.cost_cache(False)  # without the guard, greedy runs the default kernels
+        built = self.drafters.build(drafter, self.backend, **options)
+        return Runner(label, built, self.new_policy(draft_tokens, costs), guard)
+
+    def run(self, runner: Runner, prompt: list[int], max_tokens: int, seed: int) -> Iterator[TokenEvent]:
+        """A runner's answer to a whole prompt, prefilled from scratch as a new chat's is."""
+        self.backend.truncate(0)
+        return stream_generate(
+            self.backend,
+            runner.drafter,
+            prompt,
+            self.sampling,
+            max_tokens=max_tokens,
+            draft_tokens=runner.policy,
+            rng=np.random.default_rng(seed),
+            plain=runner.plain,
+            exact_guard=self.exact_guard if runner.guard else None,
+        )
+
+    def keep_costs(self, runners: list[Runner]) -> None:
+        """Save the cost curves the runners measured: per kernel choice, that of the runner that measured
+        most window sizes."""
+        for guard, costs in ((True, self.costs), (False, self.cost_cache(False))):
+            measured = [r.policy for r in runners if isinstance(r.policy, AdaptiveK) and r.guard == guard]
+            if measured and costs is not None:
+                costs.save(max(measured, key=lambda p: len(p.costs()["verify_s"])).costs())
+
+    def prompt_tokens(self, messages: list[dict], reserve: int) -> list[int]:
+        conversation = Conversation()
+        conversation.messages = [dict(m) for m in messages]
+        return conversation.prompt_tokens(self.backend, reserve=reserve)
+
     def set_draft_tokens(self, value) -> None:
         """A fixed K or 'auto'. Switching to 'auto' keeps no acceptance evidence, only the cost curve."""
         self.save_costs()
@@ -182,52 +244,3 @@ class Session:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-_SUFFIX_ARGS = {
-    "suffix_max_depth": "max_depth",
-    "suffix_min_prob": "min_token_prob",
-    "suffix_factor": "max_spec_factor",
-    "suffix_offset": "max_spec_offset",
-    "suffix_cache_tokens": "cache_tokens",
-}
-
-
-def choose_backend(spec: str | None, entry: ModelEntry | None) -> str:
-    """MLX on Apple silicon for an alias with an MLX source (or a model folder); a folder elsewhere goes to
-    torch; everything else to llama.cpp."""
-    from localspec.hub import default_backend, on_apple_silicon
-
-    if entry is not None:
-        return default_backend(entry)
-    if spec and Path(spec).expanduser().is_dir():
-        return "mlx" if on_apple_silicon() else "torch"
-    return "llama.cpp"
-
-
-def drafter_options(args, entry: ModelEntry | None, registry=None) -> DrafterOptions:
-    """Drafter settings: the command line over the model's models.toml entry over the defaults."""
-    suffix = dict(entry.suffix) if entry else {}
-    suffix.update({key: getattr(args, arg) for arg, key in _SUFFIX_ARGS.items() if getattr(args, arg) is not None})
-    known = entry.drafts if entry else ()
-    draft_spec = getattr(args, "draft_model", None)
-    backend = getattr(args, "backend", None) or choose_backend(args.model, entry)
-    registry = registry or load_registry()
-
-    def find_model(name: str) -> str:
-        return str(resolve_model(name, registry, backend=backend)[1])
-
-    draft_path = find_model(draft_spec) if draft_spec else None
-    ngram = entry.ngram if entry else {}
-    return DrafterOptions(
-        ngram_min=args.ngram_min or ngram.get("min", DrafterOptions.ngram_min),
-        ngram_max=args.ngram_max or ngram.get("max", DrafterOptions.ngram_max),
-        suffix=suffix,
-        draft_model=draft_path,
-        draft_name=draft_spec,
-        known_drafts=known,
-        find_model=find_model,
-        seed=args.seed,
-        eagle_head=getattr(args, "eagle_head", None) or (entry.eagle.get("torch") if entry else None),
-        eagle_tree=getattr(args, "eagle_tree", 0) or 0,
-    )

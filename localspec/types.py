@@ -131,6 +131,16 @@ class ForwardOut:
 
 
 @dataclass(frozen=True)
+class Features:
+    """The target's features (hidden states of its feature layers, concatenated per token) of context
+    positions ``start``, ``start + 1``, ...: one row of ``rows`` each. The engine hands them to a drafter
+    that needs hidden states (EAGLE) after the prefill and after every verified step."""
+
+    start: int
+    rows: np.ndarray
+
+
+@dataclass(frozen=True)
 class TokenEvent:
     """What one engine step emitted. ``from_draft`` counts the leading tokens that came from accepted
     drafts and ``draft_chars`` the leading characters of ``text`` they make; ``finish_reason`` is set on

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.backends.base import Backend, Capabilities
-from localspec.drafters.base import Drafter
+from localspec.drafters.base import Drafter, DrafterNeeds
 from localspec.drafters.random import RandomDrafter  # noqa: F401  (tests import it from here)
 from localspec.types import Draft, ForwardOut, Verdict
 
@@ -95,7 +95,7 @@ class OracleDrafter(Drafter):
     def __init__(self, reference: Sequence[int], prompt_len: int, vocab_size: int, right: int | None = None) -> None:
         self.reference, self.prompt_len, self.vocab_size, self.right = list(reference), prompt_len, vocab_size, right
 
-    def propose(self, context, max_tokens, hidden=None) -> Draft:
+    def propose(self, context, max_tokens, features=None) -> Draft:
         done = len(context) - self.prompt_len
         truth = self.reference[done : done + max_tokens]
         n_right = len(truth) if self.right is None else min(self.right, len(truth))
@@ -118,7 +118,7 @@ class DistributionDrafter(Drafter):
         e = np.exp(z / self.temperature)
         return e / e.sum()
 
-    def propose(self, context, max_tokens, hidden=None) -> Draft:
+    def propose(self, context, max_tokens, features=None) -> Draft:
         ctx, tokens, rows = list(context), [], []
         for _ in range(min(self.k, max_tokens)):
             q = self.q_after(ctx)
@@ -137,12 +137,12 @@ class TreeDrafter(Drafter):
     model ranks highest after that branch (distinct point masses, best first), listed by depth."""
 
     name = "tree"
-    tree_nodes = 1
+    needs = DrafterNeeds(tree_attention=True)
 
     def __init__(self, model: ScriptedBackend, shape=(3, 2)) -> None:
         self.model, self.shape = model, shape
 
-    def propose(self, context, max_tokens, hidden=None) -> Draft:
+    def propose(self, context, max_tokens, features=None) -> Draft:
         tokens, parents, branches, level = [], [], {-1: []}, [-1]
         for width in self.shape[:max_tokens]:
             nxt = []

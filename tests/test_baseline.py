@@ -40,7 +40,7 @@ class EveryOther(OracleDrafter):
 
     calls = 0
 
-    def propose(self, context, max_tokens, hidden=None):
+    def propose(self, context, max_tokens, features=None):
         self.calls += 1
         return super().propose(context, max_tokens) if self.calls % 2 else EMPTY_DRAFT
 

@@ -7,8 +7,8 @@ from fakes import ScriptedBackend
 from test_cli import assert_one_line_error, run_cli
 
 from localspec.bench import format_tables, load_cases, make_methods, run_bench, verify_bound
-from localspec.drafters import DrafterOptions
 from localspec.drafters.base import NoDrafter
+from localspec.drafters.table import DrafterSetup
 from localspec.errors import ConfigError
 from localspec.sampling import SamplingParams
 from localspec.session import Session
@@ -36,7 +36,7 @@ def session(tmp_path):
         NoDrafter(),
         SamplingParams(temperature=0),
         "scripted",
-        drafter_options=DrafterOptions(suffix_cache_dir=str(tmp_path)),
+        drafters=DrafterSetup().with_options("suffix", cache_dir=str(tmp_path)),
     )
 
 

@@ -97,7 +97,7 @@ def test_tree_verification_matches_target_distribution(sampling):
 class LyingDrafter(DistributionDrafter):
     """Claims a uniform q while sampling from its real one: verification is then biased."""
 
-    def propose(self, context, max_tokens, hidden=None):
+    def propose(self, context, max_tokens, features=None):
         draft = super().propose(context, max_tokens)
         return type(draft).chain(draft.tokens, None if draft.q is None else np.full_like(draft.q, 1 / V))
 

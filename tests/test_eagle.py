@@ -171,12 +171,12 @@ def test_tree_drafting_is_exact_under_greedy_and_accepts_more_per_step_than_a_ch
 def test_tree_drafts_need_tree_attention():
     from fakes import ScriptedBackend as Plain
 
-    from localspec.engine import check_capabilities
+    from localspec.drafters.base import DrafterNeeds, check_fit
 
     drafter = NoDrafter()
-    drafter.tree_nodes = 8
+    drafter.needs = DrafterNeeds(tree_attention=True)
     with pytest.raises(ConfigError, match="tree attention"):
-        check_capabilities(Plain(), drafter)
+        check_fit(Plain(), drafter)
 
 
 # -- distribution: EAGLE drafts under sampling leave the target's distribution unchanged -----------------

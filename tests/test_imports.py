@@ -63,3 +63,31 @@ def test_no_import_cycle():
 
 def test_the_registry_imports_no_chat_storage():
     assert "localspec.chat_store" not in import_graph()["localspec.registry"]
+
+
+# what the user-facing front ends may not reach into: they go through localspec.session (and config)
+INTERNALS = ("engine", "verify", "sampling", "speclen", "drafters", "backends")
+FRONT_ENDS = ("tui", "bench", "commands", "server")
+
+
+def front_end_violations(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    def under(module: str, names) -> bool:
+        return any(module == f"localspec.{n}" or module.startswith(f"localspec.{n}.") for n in names)
+
+    return sorted(
+        (m, t) for m, targets in graph.items() if under(m, FRONT_ENDS) for t in targets if under(t, INTERNALS)
+    )
+
+
+def test_front_ends_use_the_session_not_the_internals():
+    assert front_end_violations(import_graph()) == []
+
+
+def test_the_contract_check_catches_a_violation():
+    graph = {"localspec.tui.app": {"localspec.drafters.table", "localspec.session"}, "localspec.session": set()}
+    assert front_end_violations(graph) == [("localspec.tui.app", "localspec.drafters.table")]
+
+
+def test_the_registry_knows_no_drafter_code():
+    graph = import_graph()
+    assert not [t for t in graph["localspec.registry"] if t.startswith("localspec.drafters")]

@@ -10,7 +10,7 @@ from localspec.chat import Conversation
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
-from localspec.drafters.suffix import SuffixDrafter, SuffixParams
+from localspec.drafters.suffix import SuffixDrafter, SuffixOptions
 from localspec.engine import generate
 from localspec.exact_guard import DEFAULT_MARGIN
 from localspec.registry import resolve_model
@@ -81,7 +81,7 @@ def test_speculative_greedy_equals_plain_greedy(backend, draft_backend, text):
     drafters = [
         ("ngram", NgramDrafter(1, 3)),
         ("random", RandomDrafter(backend.vocab_size, seed=1)),
-        ("suffix", SuffixDrafter(SuffixParams(max_spec_factor=2.0, min_token_prob=0.0), None)),
+        ("suffix", SuffixDrafter(SuffixOptions(max_spec_factor=2.0, min_token_prob=0.0), None)),
         ("draft", DraftModelDrafter(draft_backend, backend.vocab_size, backend.vocab_size)),
     ]
     drafters += [
@@ -124,7 +124,7 @@ def test_greedy_output_is_plain_decodings_over_long_contexts_and_turns(backend, 
     plain_second = greedy_run(backend, second_prompt, NoDrafter(), draft_tokens=1, max_tokens=64, fresh=False)
     for label, make in (
         ("ngram", lambda: NgramDrafter(1, 3)),
-        ("suffix", lambda: SuffixDrafter(SuffixParams(min_token_prob=0.0), None)),
+        ("suffix", lambda: SuffixDrafter(SuffixOptions(min_token_prob=0.0), None)),
         ("draft", lambda: DraftModelDrafter(draft_backend, backend.vocab_size, backend.vocab_size)),
     ):
         drafter = make()
@@ -200,9 +200,9 @@ def test_amx_guard_only_when_cpu_and_build_have_amx():
 
 
 def test_suffix_drafter_with_a_warm_global_tree_stays_exact(backend, tmp_path):
-    from localspec.drafters import DrafterOptions, make_drafter
+    from localspec.drafters.table import DrafterSetup
 
-    drafter = make_drafter("suffix", backend, DrafterOptions(suffix_cache_dir=str(tmp_path)))
+    drafter = DrafterSetup().with_options("suffix", cache_dir=str(tmp_path)).build("suffix", backend)
     prompt = prompt_tokens(backend, PROMPTS[7])
     reference = greedy_run(backend, prompt, NoDrafter())
     first = greedy_run(backend, prompt, drafter)  # fills the global tree with this answer

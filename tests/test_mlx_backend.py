@@ -103,7 +103,7 @@ def test_logits_match_the_pytorch_backend_on_the_same_weights(folder):
 
 def test_every_drafter_keeps_greedy_output_exact(folder, tmp_path):
     from localspec.chat import Conversation
-    from localspec.drafters.suffix import SuffixDrafter, SuffixParams
+    from localspec.drafters.suffix import SuffixDrafter, SuffixOptions
 
     backend = MlxBackend(folder, n_ctx=256)
     conv = Conversation()
@@ -116,7 +116,7 @@ def test_every_drafter_keeps_greedy_output_exact(folder, tmp_path):
     )
     drafters = {
         "ngram": NgramDrafter(1, 3),
-        "suffix": SuffixDrafter(SuffixParams(max_spec_offset=2, min_token_prob=0.0)),
+        "suffix": SuffixDrafter(SuffixOptions(max_spec_offset=2, min_token_prob=0.0)),
         "random": RandomDrafter(backend.vocab_size, seed=2),
         "draft-model": DraftModelDrafter(draft, backend.vocab_size, backend.vocab_size, seed=1),
     }
@@ -218,8 +218,8 @@ def test_cli_runs_an_mlx_folder_and_apple_silicon_picks_mlx_for_models_with_an_m
     from test_cli import assert_one_line_error, run_cli
 
     from localspec import hub
+    from localspec.config import choose_backend
     from localspec.registry import load_registry
-    from localspec.session import choose_backend
 
     result = run_cli(
         "run",

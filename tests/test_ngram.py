@@ -75,5 +75,5 @@ def test_begin_forgets_the_previous_turn():
 
 
 def test_bad_sizes():
-    with pytest.raises(ConfigError, match="n_min"):
+    with pytest.raises(ConfigError, match="min <= max"):
         NgramDrafter(3, 2)

@@ -12,8 +12,8 @@ from fakes import ScriptedBackend
 from test_cli import assert_one_line_error, run_cli
 
 from localspec.bench import format_tables, plot, run_bench
-from localspec.drafters import DrafterOptions
 from localspec.drafters.base import NoDrafter
+from localspec.drafters.table import DrafterSetup
 from localspec.peer import PeerError, ServerConfig, find_llama_server
 from localspec.sampling import SamplingParams
 from localspec.session import Session
@@ -72,7 +72,7 @@ def scripted_session(tmp_path):
         NoDrafter(),
         SamplingParams(temperature=0),
         "scripted",
-        drafter_options=DrafterOptions(suffix_cache_dir=str(tmp_path / "user-cache")),
+        drafters=DrafterSetup().with_options("suffix", cache_dir=str(tmp_path / "user-cache")),
     )
 
 

@@ -1,5 +1,6 @@
 import pytest
 
+from localspec.config import load_models
 from localspec.errors import ConfigError, ModelError
 from localspec.registry import load_registry, resolve_model
 
@@ -56,6 +57,11 @@ def test_user_file_adds_models(tmp_path):
         ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.eagle]\nllama = 'x'\n", ["[models.a.eagle]", "'llama'"]),
         ("[models.a]\nembedded = 'p/f.gguf'\ndrafters = ['magic']\n", ["'drafters'", "'magic'"]),
         ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.ngram]\nmin = 5\nmax = 2\n", ["[models.a.ngram]", "min"]),
+        ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.sufix]\nmax_depth = 8\n", ["[models.a]", "'sufix'"]),
+        ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.suffix]\ndepth = 8\n", ["[models.a.suffix]", "'depth'"]),
+        ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.suffix]\nmax_depth = 'x'\n", ["'max_depth'", "int"]),
+        ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.suffix]\nmax_depth = 2\n", ["[models.a.suffix]", "at least 4"]),
+        ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.draft]\nmodel = 'x'\n", ["[models.a]", "'draft'"]),
         ("[models.a]\nfamily = 'x'\n", ["needs a source"]),
         ("default = 'nothing'\n", ["default", "nothing"]),
         ("models = [\n", ["not valid TOML"]),
@@ -65,7 +71,7 @@ def test_user_file_adds_models(tmp_path):
 def test_malformed_files_name_file_table_and_key(tmp_path, text, needles):
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as exc:
-        load_registry(user_file=path)
+        load_models(user_file=path)
     assert str(path) in str(exc.value) or "default" in str(exc.value)
     for needle in needles:
         assert needle in str(exc.value)

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from fakes import ScriptedBackend
 
-from localspec.drafters import DrafterOptions, make_drafter
 from localspec.drafters.base import match_confidence
 from localspec.drafters.ngram import NgramDrafter
-from localspec.drafters.suffix import SuffixDrafter, SuffixParams
+from localspec.drafters.suffix import SuffixDrafter, SuffixOptions
 from localspec.drafters.suffix_store import AnswerStore
 from localspec.drafters.suffix_tree import SuffixTree
+from localspec.drafters.table import DrafterSetup
 from localspec.errors import ConfigError
 from localspec.simulate import simulate
 
@@ -228,15 +228,15 @@ def test_corrupt_file_is_set_aside_and_the_cache_starts_empty(tmp_path, damage, 
 
 
 def test_caches_are_keyed_by_tokenizer(tmp_path):
-    a = AnswerStore.for_tokenizer("a" * 64, directory=tmp_path)
-    b = AnswerStore.for_tokenizer("b" * 64, directory=tmp_path)
+    a = AnswerStore.for_tokenizer("a" * 64, SuffixOptions.cache_tokens, directory=tmp_path)
+    b = AnswerStore.for_tokenizer("b" * 64, SuffixOptions.cache_tokens, directory=tmp_path)
     assert a.path != b.path
     a.add([1, 2])
     a.save()
-    assert AnswerStore.for_tokenizer("b" * 64, directory=tmp_path).answers == {}
+    assert AnswerStore.for_tokenizer("b" * 64, SuffixOptions.cache_tokens, directory=tmp_path).answers == {}
     # a file of another tokenizer under the same name is refused, not used
     b.path.write_bytes(a.path.read_bytes())
-    assert AnswerStore.for_tokenizer("b" * 64, directory=tmp_path).answers == {}
+    assert AnswerStore.for_tokenizer("b" * 64, SuffixOptions.cache_tokens, directory=tmp_path).answers == {}
 
 
 def _writer(args):
@@ -258,13 +258,13 @@ def test_concurrent_chats_neither_corrupt_nor_drop_answers(tmp_path):
 # -- the drafter -------------------------------------------------------------------------------------
 def test_global_tree_drafts_an_earlier_answer(tmp_path):
     store = AnswerStore(tmp_path / "g.bin", "tok")
-    drafter = SuffixDrafter(SuffixParams(max_spec_factor=4.0), store)
+    drafter = SuffixDrafter(SuffixOptions(max_spec_factor=4.0), store)
     answer = [5, 6, 7, 8, 9, 10, 11, 12]
     simulate(drafter, [([1, 2, 3], answer)], k=4)
     again = simulate(drafter, [([4, 4, 4], answer)], k=4)  # another prompt, the same answer
     assert again.accepted >= 4 and drafter.figures()["wins_global"] >= 1
     # and it survives a restart through the cache on disk
-    reborn = SuffixDrafter(SuffixParams(max_spec_factor=4.0), AnswerStore(tmp_path / "g.bin", "tok"))
+    reborn = SuffixDrafter(SuffixOptions(max_spec_factor=4.0), AnswerStore(tmp_path / "g.bin", "tok"))
     assert reborn.global_tree.draft([5, 6, 7], 4, factor=4.0).tokens == (8, 9, 10, 11)
 
 
@@ -272,7 +272,7 @@ def test_simulator_on_fixed_sequences():
     prompt = [1, 2, 3, 4, 5, 6, 7, 8]
     answer = [9, 1, 2, 3, 4, 5, 6, 7, 8, 9]  # copies the prompt
     stats = simulate(
-        SuffixDrafter(SuffixParams(max_spec_factor=2.0, max_spec_offset=0.0), None), [(prompt, answer)], k=4
+        SuffixDrafter(SuffixOptions(max_spec_factor=2.0, max_spec_offset=0.0), None), [(prompt, answer)], k=4
     )
     assert stats.generated == len(answer)
     assert stats.mean_accepted_length > 2.0 and stats.acceptance_rate > 0.8
@@ -281,7 +281,7 @@ def test_simulator_on_fixed_sequences():
 
 
 def test_draft_confidence_is_path_confidence_times_match_confidence():
-    drafter = SuffixDrafter(SuffixParams(max_spec_factor=4.0, min_token_prob=0.5), None)
+    drafter = SuffixDrafter(SuffixOptions(max_spec_factor=4.0, min_token_prob=0.5), None)
     prompt = [1, 2, 3, 4, 5, 9, 1, 2, 3, 4, 6, 1, 2, 3, 4, 5, 9, 8, 1, 2, 3]
     drafter.begin(prompt)
     draft = drafter.propose(prompt, 8)
@@ -295,11 +295,11 @@ def test_draft_confidence_is_path_confidence_times_match_confidence():
 
 def test_bad_suffix_settings_are_named():
     with pytest.raises(ConfigError, match="min_token_prob"):
-        SuffixParams(min_token_prob=2.0)
+        SuffixOptions(min_token_prob=2.0)
 
 
 def test_make_drafter_keys_the_cache_by_the_backend_vocabulary(tmp_path):
-    options = DrafterOptions(suffix_cache_dir=str(tmp_path))
-    a = make_drafter("suffix", ScriptedBackend(vocab_size=12), options)
-    b = make_drafter("suffix", ScriptedBackend(vocab_size=13), options)
+    options = DrafterSetup().with_options("suffix", cache_dir=str(tmp_path))
+    a = options.build("suffix", ScriptedBackend(vocab_size=12))
+    b = options.build("suffix", ScriptedBackend(vocab_size=13))
     assert a.store.path != b.store.path

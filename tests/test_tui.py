@@ -8,7 +8,7 @@ import pytest
 from fakes import ScriptedBackend
 
 from localspec.chat_store import SavedChat, load_chat
-from localspec.drafters import DrafterOptions, make_drafter
+from localspec.drafters.table import DrafterSetup
 from localspec.errors import ModelError
 from localspec.sampling import SamplingParams
 from localspec.session import Session
@@ -30,15 +30,15 @@ def make_app(tmp_path, backend=None, max_tokens=40, chat=None, fail=False, draft
         if fail:
             raise ModelError("model file not found: /nowhere.gguf; check the path")
         progress("loading the model 100%")
-        options = DrafterOptions(suffix_cache_dir=str(tmp_path / "suffix"))
+        options = DrafterSetup().with_options("suffix", cache_dir=str(tmp_path / "suffix"))
         return Session(
             backend,
-            make_drafter(drafter, backend, options),
+            options.build(drafter, backend),
             SamplingParams(temperature=0),
             "scripted-model",
             max_tokens=max_tokens,
             speclen=FixedK(4),
-            drafter_options=options,
+            drafters=options,
         )
 
     return ChatApp(open_session, chat or SavedChat.new("scripted-model"), save_dir=tmp_path)
@@ -193,14 +193,14 @@ def test_real_smollm2_answers_in_the_app(tmp_path):
     def open_session(progress):
         _, path = resolve_model("smollm2-135m")
         backend = LlamaCppBackend(path, n_ctx=1024, on_load=lambda f: progress(f"loading {f:.0%}"))
-        options = DrafterOptions(suffix_cache_dir=str(tmp_path / "suffix"))
+        options = DrafterSetup().with_options("suffix", cache_dir=str(tmp_path / "suffix"))
         return Session(
             backend,
-            make_drafter("suffix", backend, options),
+            options.build("suffix", backend),
             SamplingParams(temperature=0),
             "smollm2-135m",
             max_tokens=32,
-            drafter_options=options,
+            drafters=options,
         )
 
     async def run():

@@ -7,7 +7,7 @@ from fakes import ScriptedBackend
 
 from localspec.chat import Conversation
 from localspec.chat_store import SavedChat
-from localspec.drafters import make_drafter
+from localspec.drafters.table import DrafterSetup
 from localspec.sampling import SamplingParams
 from localspec.session import Session
 from localspec.speclen import FixedK
@@ -31,7 +31,7 @@ def make_app():
 
     def open_session(progress):
         return Session(
-            backend, make_drafter("ngram"), SamplingParams(temperature=0), "scripted-model", speclen=FixedK(4)
+            backend, DrafterSetup().build("ngram"), SamplingParams(temperature=0), "scripted-model", speclen=FixedK(4)
         )
 
     app = ChatApp(open_session, chat, save_dir=None)

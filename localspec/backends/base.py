@@ -20,9 +20,12 @@ Progress = Callable[[int, int], None] | None  # (done, total) tokens
 
 @dataclass(frozen=True)
 class Capabilities:
-    can_truncate: bool = True
-    hidden_states: bool = False
-    tree_attention: bool = False
+    """What a backend offers; a drafter's ``needs`` (drafters/base.py) are checked against it."""
+
+    can_truncate: bool = True  # truncate rolls the cache back (what any speculation needs)
+    hidden_states: bool = False  # prefill_features and forward(return_hidden=True)
+    tree_attention: bool = False  # forward_tree and accept_path
+    feature_layers: bool = False  # set_feature_layers picks the layers whose hidden states come back
     batch_invariant: bool = False  # set_batch_invariant(True) makes a window's rows equal 1-token steps' bit for bit
 
 
@@ -111,8 +114,27 @@ class Backend:
         raise NotImplementedError(f"the {self.name} backend gives no hidden states")
 
     def forward(self, tokens: Sequence[int], return_hidden: bool = False) -> ForwardOut:
-        """Append ``tokens`` to the cache and return logits for exactly these positions."""
+        """Append ``tokens`` to the cache and return logits for exactly these positions (and, with
+        ``return_hidden``, their features: backends with hidden_states)."""
         raise NotImplementedError
+
+    def forward_tree(self, tokens: Sequence[int], parents: Sequence[int], return_hidden: bool = False) -> ForwardOut:
+        """Verify a tree in one pass (backends with tree_attention): tokens[0] is the pending token,
+        tokens[i + 1] a draft token whose parent is draft token parents[i] (-1: the pending token). Each
+        attends to the cache and its own ancestors; row i of the output follows token i. The cache then
+        holds every node until ``accept_path`` keeps one branch."""
+        raise NotImplementedError(f"the {self.name} backend has no tree attention (forward_tree)")
+
+    def accept_path(self, path: Sequence[int]) -> None:
+        """After ``forward_tree``: keep the pending token and the draft tokens ``path`` (a branch, root
+        first) in the cache, at consecutive positions; the rest is cut off (backends with tree_attention)."""
+        raise NotImplementedError(f"the {self.name} backend has no tree attention (accept_path)")
+
+    def set_feature_layers(self, layers: Sequence[int]) -> None:
+        """Which hidden states ``forward(return_hidden=True)`` and ``prefill_features`` return, concatenated
+        per token in this order: layer i's input, or -1 for the last layer's normed output (backends with
+        feature_layers)."""
+        raise NotImplementedError(f"the {self.name} backend cannot choose its feature layers (set_feature_layers)")
 
     def set_batch_invariant(self, on: bool) -> None:
         """Compute verify windows exactly as 1-token steps from now on (backends with that capability)."""

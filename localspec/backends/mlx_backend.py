@@ -78,6 +78,7 @@ class MlxBackend(ModelBackend):
             can_truncate=can_trim_prompt_cache(self.cache) and self._never_wraps(),
             hidden_states=self._inner is not None,
             tree_attention=False,
+            feature_layers=self._inner is not None,
         )
         self.vocab_size = int(model.args.vocab_size) if hasattr(model, "args") else tokenizer.vocab_size
         self._take_tokenizer(tokenizer)

@@ -30,7 +30,7 @@ def _torch():
 
 class TorchBackend(ModelBackend):
     name = "torch"
-    capabilities = Capabilities(can_truncate=True, hidden_states=True, tree_attention=True)
+    capabilities = Capabilities(can_truncate=True, hidden_states=True, tree_attention=True, feature_layers=True)
 
     def __init__(
         self,

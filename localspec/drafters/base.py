@@ -2,17 +2,26 @@
 
 Lifecycle per turn: ``begin(prompt)``, then per step ``propose(context, max_tokens)`` and
 ``observe(verdict)``, then ``end()``. ``context`` is always the whole token sequence so far (prompt plus
-emitted tokens); it only grows within a turn.
+emitted tokens); it only grows within a turn. A drafter whose ``needs`` include hidden states is handed the
+target's features of the newly cached positions: with ``propose``, or by ``feed`` on a step it drafts nothing.
+
+What a drafter requires of the target backend is declared in ``needs`` (``DrafterNeeds``) and compared with
+the backend's ``Capabilities`` by ``check_fit``: by the engine before generating, and by a drafter that
+takes the target in its constructor.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
-
+from localspec.errors import ConfigError
 from localspec.sampling import SamplingParams
-from localspec.types import EMPTY_DRAFT, Draft, Verdict
+from localspec.types import EMPTY_DRAFT, Draft, Features, Verdict
+
+if TYPE_CHECKING:
+    from localspec.backends.base import Backend, Capabilities
 
 
 def match_confidence(match_len: int) -> float:
@@ -22,9 +31,52 @@ def match_confidence(match_len: int) -> float:
     return match_len / (match_len + 4)
 
 
+@dataclass(frozen=True)
+class DrafterNeeds:
+    """What a drafter requires of the target backend (its ``Capabilities``, backends/base.py)."""
+
+    rollback: bool = True  # the cache is cut back after rejected draft tokens (can_truncate): any drafting
+    hidden_states: bool = False  # the target's features of every cached position (Features, via feed/propose)
+    feature_layers: bool = False  # ... of the layers the drafter picks (set_feature_layers)
+    tree_attention: bool = False  # tree drafts, verified by forward_tree and accept_path
+
+
+def check_fit(backend: Backend | None, drafter: Drafter) -> None:
+    """Raise ConfigError when ``backend`` lacks something ``drafter.needs``: what is missing, and what to do."""
+    if backend is None:
+        raise ConfigError(f"the {drafter.name} drafter needs a loaded target model")
+    needs, caps = drafter.needs, backend.capabilities
+    model = f"{backend.model_name}: " if backend.model_name else ""
+    if needs.rollback and not caps.can_truncate:
+        raise ConfigError(
+            f"{model}the {backend.name} cache of this model cannot be rolled back, which speculative decoding "
+            f"needs; use --drafter none"
+        )
+    lacks = _lacks_features(needs, caps)
+    if lacks:
+        raise ConfigError(
+            f"{model}the {backend.name} backend {lacks}, which the {drafter.name} drafter needs; "
+            f"use --backend torch (or mlx), or pick another drafter"
+        )
+    if needs.tree_attention and not caps.tree_attention:
+        raise ConfigError(
+            f"{model}the {backend.name} backend has no tree attention, which tree drafts need; draft chains "
+            f"instead (--eagle-tree 0)"
+        )
+
+
+def _lacks_features(needs: DrafterNeeds, caps: Capabilities) -> str:
+    """What the backend lacks of the features the drafter is fed, in words ('' when nothing)."""
+    if needs.hidden_states and not caps.hidden_states:
+        return "gives no hidden states"
+    if needs.feature_layers and not caps.feature_layers:
+        return "cannot pick the layers it gives hidden states of"
+    return ""
+
+
 class Drafter:
     name = "none"
-    needs_hidden_states = False
+    needs = DrafterNeeds()  # what it requires of the target backend, checked by check_fit
     sampling: SamplingParams | None = None  # the target's sampler settings, set by the engine per turn
     catchup_s = 0.0  # seconds the last propose spent catching up on context rather than drafting
     # seconds per drafted token, for the controller until it has timed drafting: 0 for a lookup (n-gram,
@@ -38,8 +90,14 @@ class Drafter:
     def begin(self, prompt: Sequence[int]) -> None:
         pass
 
-    def propose(self, context: Sequence[int], max_tokens: int, hidden: np.ndarray | None = None) -> Draft:
+    def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
+        """Up to ``max_tokens`` tokens to follow ``context``; ``features``: the target's features of the
+        positions cached since the last hand-off (a drafter that needs hidden states), fed first."""
         return EMPTY_DRAFT
+
+    def feed(self, context: Sequence[int], features: Features) -> None:
+        """Take the target's features without drafting (a step that drafts nothing, the end of a turn), so a
+        feature-fed drafter's cache stays complete."""
 
     def catchup_estimate(self, context: Sequence[int]) -> float:
         """Seconds a proposal now would spend catching up on context before drafting (a draft model after
@@ -66,3 +124,5 @@ class Drafter:
 
 class NoDrafter(Drafter):
     """Plain decoding: proposes nothing, so every step is one ordinary target forward."""
+
+    needs = DrafterNeeds(rollback=False)

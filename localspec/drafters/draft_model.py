@@ -15,18 +15,54 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from localspec.backends.base import Backend
 from localspec.drafters.base import Drafter
+from localspec.errors import ConfigError
+from localspec.options import option
 from localspec.sampling import SamplingParams, sample
-from localspec.types import Draft, Verdict, common_prefix
+from localspec.types import Draft, Features, Verdict, common_prefix
 
 GREEDY = SamplingParams(temperature=0)
 CALIBRATION_TOKENS = 32  # prefilled once at load to time a catch-up per token
 TIMING_EMA = 0.3  # weight of the newest catch-up in the per-token estimate
 TIMED_CATCHUP = 16  # catch-ups at least this long update the estimate (shorter ones are mostly overhead)
+
+
+@dataclass(frozen=True)
+class DraftOptions:
+    model: str | None = option(
+        None,
+        "the draft model, a name or a .gguf path (default: the first of the target's 'drafts' in models.toml)",
+        toml=False,
+        kind=str,
+    )
+
+
+def build(target: Backend | None, options: DraftOptions, context) -> DraftModelDrafter:
+    """The draft model loaded on the target's backend, checked to share the target's vocabulary."""
+    from localspec.backends import load_backend
+    from localspec.vocab import shared_vocab
+
+    if target is None:
+        raise ConfigError("the draft drafter needs a loaded target model")
+    spec = options.model or (context.known_drafts[0] if context.known_drafts else None)
+    if not spec:
+        raise ConfigError(
+            "--drafter draft needs --draft-model NAME|PATH (a smaller model with the same tokenizer); "
+            "models.toml lists no draft for this model"
+        )
+    path = context.find_model(spec) if context.find_model else spec
+    draft = load_backend(target.name, path, n_ctx=target.n_ctx, n_threads=getattr(target, "n_threads", None))
+    try:
+        shared = shared_vocab(target, draft, context.known_drafts)
+    except BaseException:
+        draft.close()
+        raise
+    return DraftModelDrafter(draft, shared, target.vocab_size, context.seed)
 
 
 class DraftModelDrafter(Drafter):
@@ -60,7 +96,7 @@ class DraftModelDrafter(Drafter):
         behind = len(context) - 1 - self._synced
         return behind * self.catchup_per_token if behind > 1 else 0.0
 
-    def propose(self, context: Sequence[int], max_tokens: int, hidden=None) -> Draft:
+    def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
         sampling = self.sampling or GREEDY
         self.catchup_s = 0.0
         keep = min(common_prefix(self.draft.cached_tokens, context), len(context) - 1)

@@ -18,31 +18,73 @@ masses chosen by the head, so verification tries children in order against the r
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from localspec.drafters.base import Drafter
+from localspec.drafters.base import Drafter, DrafterNeeds, check_fit
 from localspec.drafters.draft_model import GREEDY, pick_token
 from localspec.drafters.eagle_heads import TREE_SLOTS, head_summary, load_eagle_head
 from localspec.errors import ConfigError
-from localspec.types import Draft, common_prefix
+from localspec.options import option
+from localspec.types import Draft, Features, common_prefix
 
 TREE_WIDTH = 4  # children per expanded node and expanded nodes per depth
+
+
+@dataclass(frozen=True)
+class EagleOptions:
+    head: str | None = option(
+        None,
+        "an EAGLE-1/2/3 head, a folder or a downloaded Hub repo (default: the model's in models.toml; torch backend)",
+        toml=False,
+        kind=str,
+    )
+    tree: int = option(
+        0,
+        "draft trees of N tokens (EAGLE-2 dynamic trees, verified with tree attention) instead of chains",
+        toml=False,
+    )
+
+
+def build(target, options: EagleOptions, context) -> EagleDrafter:
+    if not options.head:
+        raise ConfigError(
+            "--drafter eagle needs --eagle-head FOLDER|REPO (an EAGLE-1/2/3 head: config.json + "
+            "pytorch_model.bin or model.safetensors; `localspec train-eagle` makes one)"
+        )
+    return EagleDrafter(target, eagle_folder(options.head), context.seed, tree_nodes=options.tree)
+
+
+def eagle_folder(spec: str) -> Path:
+    """A head folder on disk, or a Hub repo id already downloaded into the Hugging Face cache."""
+    path = Path(spec).expanduser()
+    if path.exists() or spec.startswith((".", "/", "~")) or spec.count("/") != 1:
+        return path
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(spec, local_files_only=True))
+    except Exception as exc:
+        raise ConfigError(
+            f"EAGLE head {spec!r} is neither a folder nor a downloaded Hub repo ({type(exc).__name__}); "
+            f"`localspec pull MODEL --backend torch` downloads a model's head"
+        ) from exc
 
 
 class EagleDrafter(Drafter):
     name = "eagle"
     cost_per_token = None  # a head forward per token: timed by the controller on the first (short) draft
-    needs_hidden_states = True
+    # fed the target's features of the layers its head reads (chains; a tree-drafting one needs tree attention)
+    needs = DrafterNeeds(hidden_states=True, feature_layers=True)
 
     def __init__(
         self, target, head_folder: Path, seed: int | None = None, tree_nodes: int = 0, tree_width: int = TREE_WIDTH
     ) -> None:
-        if getattr(target, "name", "") not in ("torch", "mlx") or not target.capabilities.hidden_states:
-            raise ConfigError("the eagle drafter needs the target's hidden states: use --backend torch (or mlx)")
-        if tree_nodes and not target.capabilities.tree_attention:
-            raise ConfigError(f"the {target.name} backend has no tree attention: use --eagle-tree 0 (chain drafts)")
+        if tree_nodes:
+            self.needs = DrafterNeeds(hidden_states=True, feature_layers=True, tree_attention=True)
+        check_fit(target, self)
         if tree_nodes < 0 or tree_width < 1 or tree_nodes > TREE_SLOTS // 2:
             raise ConfigError(f"--eagle-tree must be 0 (chains) or 1..{TREE_SLOTS // 2} nodes, got {tree_nodes}")
         if target.name == "mlx":
@@ -73,17 +115,19 @@ class EagleDrafter(Drafter):
             self._fed = max(0, min(self._fed, same - 1 - self._first))
         self._last = None
 
-    def propose(self, context: Sequence[int], max_tokens: int, hidden=None) -> Draft:
-        if hidden is not None:
-            self._feed(context, *hidden)
+    def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
+        if features is not None:
+            self.feed(context, features)
         if self._last is None or max_tokens <= 0:
             return Draft()
         if self.tree_nodes:
             return self._tree(max_tokens)
         return self._chain(max_tokens)
 
-    def _feed(self, context: Sequence[int], pos: int, rows: np.ndarray) -> None:
-        """Target features [n, F] of positions pos.. (the newly verified ones)."""
+    def feed(self, context: Sequence[int], features: Features) -> None:
+        """The target's features [n, F] of positions features.start.. (the newly verified ones) into the head's
+        cache."""
+        pos, rows = features.start, features.rows
         self._context = context
         if self._first is None:
             self._first = pos

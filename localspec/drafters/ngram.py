@@ -12,12 +12,12 @@ confidence of every proposed token (match_confidence), so the controller can ver
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import numpy as np
+from dataclasses import dataclass
 
 from localspec.drafters.base import Drafter, match_confidence
 from localspec.errors import ConfigError
-from localspec.types import EMPTY_DRAFT, Draft
+from localspec.options import option
+from localspec.types import EMPTY_DRAFT, Draft, Features
 
 MAX_MATCH = 64  # the backwards comparison stops here: O(64) per step, and longer is hardly more certain
 
@@ -30,15 +30,25 @@ def match_length(context: Sequence[int], start: int, n: int) -> int:
     return length
 
 
-N_MIN, N_MAX = 2, 4  # the shortest and longest n-gram matched (the one place these defaults are stated)
+@dataclass(frozen=True)
+class NgramOptions:
+    min: int = option(2, "shortest n-gram it matches")
+    max: int = option(4, "longest n-gram it matches")
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min <= self.max:
+            raise ConfigError(f"n-gram sizes need 1 <= min <= max, got min={self.min}, max={self.max}")
+
+
+def build(target, options: NgramOptions, context) -> NgramDrafter:
+    return NgramDrafter(options.min, options.max)
 
 
 class NgramDrafter(Drafter):
     name = "ngram"
 
-    def __init__(self, n_min: int = N_MIN, n_max: int = N_MAX) -> None:
-        if not 1 <= n_min <= n_max:
-            raise ConfigError(f"n-gram sizes need 1 <= n_min <= n_max, got n_min={n_min}, n_max={n_max}")
+    def __init__(self, n_min: int = NgramOptions.min, n_max: int = NgramOptions.max) -> None:
+        NgramOptions(n_min, n_max)  # checks them
         self.n_min, self.n_max = n_min, n_max
         self._index: dict[tuple[int, ...], int] = {}
         self._indexed = 0  # context positions whose preceding n-grams are in the index
@@ -56,7 +66,7 @@ class NgramDrafter(Drafter):
                 self._index[tuple(context[end - n : end])] = end  # n-gram ending before `end` -> `end`
         self._indexed = max(self._indexed, len(context))
 
-    def propose(self, context: Sequence[int], max_tokens: int, hidden: np.ndarray | None = None) -> Draft:
+    def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
         self._extend(context)
         if max_tokens <= 0:
             return EMPTY_DRAFT

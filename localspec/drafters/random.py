@@ -15,5 +15,9 @@ class RandomDrafter(Drafter):
     def __init__(self, vocab_size: int, seed: int | None = None) -> None:
         self.vocab_size, self.rng = vocab_size, np.random.default_rng(seed)
 
-    def propose(self, context, max_tokens, hidden=None) -> Draft:
+    def propose(self, context, max_tokens, features=None) -> Draft:
         return Draft.chain(self.rng.integers(0, self.vocab_size, size=max_tokens).tolist())
+
+
+def build(target, options, context) -> RandomDrafter:
+    return RandomDrafter(target.vocab_size if target is not None else 32000, context.seed)

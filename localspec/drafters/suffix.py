@@ -13,18 +13,18 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from pathlib import Path
 
 from localspec.drafters.base import Drafter, match_confidence
 from localspec.drafters.suffix_store import AnswerStore
 from localspec.drafters.suffix_tree import SuffixTree, TreeDraft
 from localspec.errors import ConfigError
-from localspec.types import EMPTY_DRAFT, Draft, Verdict
+from localspec.options import option
+from localspec.types import EMPTY_DRAFT, Draft, Features, Verdict
 
 
 @dataclass(frozen=True)
-class SuffixParams:
+class SuffixOptions:
     # A draft stops where its path confidence drops below 0.5 (0.3 or Arctic's 0.1 gained only 2-4% tokens per step in
     # the replay below, with more of the extra tokens rejected). The budget is 4 x match length - 2: the controller
     # trims every proposal by its confidence (path confidence x match_confidence), and a larger budget only extends
@@ -33,11 +33,15 @@ class SuffixParams:
     # 1): constructed code edits 10.9 / 9.7 / 7.4, Qwen2.5-Coder-1.5B's recorded code edits 5.6 / 5.0 / 4.1, its JSON
     # answer 3.5 / 2.7 / 2.1; factor 8 adds only ~6% more, in tokens of low confidence. Offset -2
     # still keeps a 1-token match to a 2-token draft.
-    max_depth: int = 64
-    min_token_prob: float = 0.5
-    max_spec_factor: float = 4.0
-    max_spec_offset: float = -2.0
-    cache_tokens: int = 200_000  # bound of the global cache (0: no global cache)
+    max_depth: int = option(64, "longest context it matches + drafts")
+    min_token_prob: float = option(0.5, "stop a draft below this confidence", flag="--suffix-min-prob")
+    max_spec_factor: float = option(4.0, "draft at most factor x match length", flag="--suffix-factor")
+    max_spec_offset: float = option(
+        -2.0, "... plus this many tokens (negative: short matches draft nothing)", flag="--suffix-offset"
+    )
+    cache_tokens: int = option(200_000, "bound of the cache of past answers on disk (0 turns it off)")
+    # where that cache lives (None: localspec's data folder); `localspec bench` gives each method its own
+    cache_dir: str | None = option(None, "folder of the cache of past answers", flag=None, toml=False, kind=str)
 
     def __post_init__(self) -> None:
         if self.max_depth < 4:
@@ -50,10 +54,19 @@ class SuffixParams:
             raise ConfigError(f"suffix cache_tokens must be >= 0, got {self.cache_tokens}")
 
 
+def build(target, options: SuffixOptions, context) -> SuffixDrafter:
+    """The drafter with the cache of past answers for the target's tokenizer (none without a target)."""
+    store = None
+    if target is not None and options.cache_tokens > 0:
+        directory = Path(options.cache_dir) if options.cache_dir else None
+        store = AnswerStore.for_tokenizer(target.tokenizer_key(), options.cache_tokens, directory)
+    return SuffixDrafter(options, store)
+
+
 class SuffixDrafter(Drafter):
     name = "suffix"
 
-    def __init__(self, params: SuffixParams = SuffixParams(), store: AnswerStore | None = None) -> None:
+    def __init__(self, params: SuffixOptions = SuffixOptions(), store: AnswerStore | None = None) -> None:
         self.params = params
         self.store = store
         self.global_tree: SuffixTree | None = None
@@ -84,7 +97,7 @@ class SuffixDrafter(Drafter):
         self._answer = []
         self._reset_figures()
 
-    def propose(self, context: Sequence[int], max_tokens: int, hidden: np.ndarray | None = None) -> Draft:
+    def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
         if self.local_tree is None:
             self.begin(context)
         self.local_tree.extend(context[self._indexed :])

@@ -44,7 +44,7 @@ class AnswerStore:
             self._evict()
 
     @classmethod
-    def for_tokenizer(cls, tokenizer: str, max_tokens: int = 200_000, directory: Path | None = None) -> AnswerStore:
+    def for_tokenizer(cls, tokenizer: str, max_tokens: int, directory: Path | None = None) -> AnswerStore:
         directory = directory or default_cache_dir()
         return cls(directory / f"{tokenizer[:32]}.bin", tokenizer, max_tokens)
 

@@ -14,7 +14,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from rich.text import Text
@@ -26,7 +25,6 @@ from textual.message import Message
 from textual.widgets import Markdown, Static, TextArea
 
 from localspec.chat_store import SavedChat
-from localspec.drafters import make_drafter
 from localspec.errors import LocalspecError
 from localspec.session import Session
 from localspec.tui.panels import StatsPanel, StatusBar, process_memory_mb
@@ -305,7 +303,7 @@ class ChatApp(App):
     def _switch_drafter(self, name: str) -> None:
         session = self.session
         try:
-            session.set_drafter(make_drafter(name, session.backend, session.drafter_options))
+            session.switch_drafter(name)
         except LocalspecError as exc:
             self.post_message(Noted(str(exc), error=True))
             return
@@ -468,7 +466,7 @@ class ChatApp(App):
             self.session.set_draft_tokens(slash.arg)
             await self._note(f"draft tokens per step: {self.session.speclen.label}")
         elif slash.name == "temp":
-            self.session.sampling = replace(self.session.sampling, temperature=slash.arg)
+            self.session.set_temperature(slash.arg)
             await self._note(f"temperature: {slash.arg:g}" + (" (greedy)" if slash.arg == 0 else ""))
         self._refresh_status()
 

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from localspec.drafters import DRAFTERS
+from localspec.session import DRAFTER_NAMES, drafter_summaries
 
 HELP = """\
 Enter sends · Ctrl+J new line · Ctrl+P/Ctrl+N history · Esc or Ctrl+C stops the answer
 F2 colours tokens that came from accepted drafts · Ctrl+Q quits (the chat is saved as you go)
-/drafter NAME    switch drafter (none, ngram, suffix, draft)
+/drafter NAME    switch drafter:
+{drafters}
 /k N|auto        tokens drafted per step: fixed, or picked each step
 /temp X          sampling temperature (0 = greedy)
 /system TEXT     set the system prompt
 /clear           start a new chat
 /save [FILE]     save as Markdown (.md) or JSON (default: the chats folder)
-/help            this text"""
+/help            this text""".format(
+    drafters="\n".join(f"  {name:<14} {summary}" for name, summary in drafter_summaries())
+)
 
 
 @dataclass(frozen=True)
@@ -29,8 +32,8 @@ class SlashError(ValueError):
 
 
 def _drafter_arg(arg: str) -> str:
-    if arg not in DRAFTERS:
-        raise SlashError(f"/drafter needs one of: {', '.join(DRAFTERS)}")
+    if arg not in DRAFTER_NAMES:
+        raise SlashError(f"/drafter needs one of: {', '.join(DRAFTER_NAMES)}")
     return arg
 
 

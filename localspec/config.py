@@ -1,0 +1,223 @@
+"""One run's settings, built once: command-line flags over the environment over models.toml over the defaults.
+
+This is where the backend is chosen and the model's file found (once), where models.toml's drafter tables
+are checked against the drafter table (the registry knows no drafter code), and where every setting's source
+is recorded: `localspec config` prints them. The way a flag travels is cli -> config -> session -> drafter.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from localspec.drafters.context import DrafterContext
+from localspec.drafters.table import DRAFTERS, DrafterSetup, drafter_kind
+from localspec.errors import ConfigError, LocalspecError
+from localspec.options import from_table
+from localspec.registry import USER_FILE, ModelEntry, Registry, load_registry, model_entry, resolve_model
+from localspec.sampling import SamplingParams
+
+DEFAULT_DRAFTER = "suffix"  # when models.toml recommends none for the model
+MAX_TOKENS = 512  # most tokens in one answer
+DRAFT_TOKENS = "auto"
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str  # the name shown: the alias, or the file's name
+    path: Path | None  # the model's file or folder (None: not available, see `missing`)
+    backend: str
+    drafter: str
+    drafters: DrafterSetup  # every drafter's options: any of them can be switched to mid-chat
+    sampling: SamplingParams = SamplingParams()
+    draft_tokens: int | str = DRAFT_TOKENS
+    max_tokens: int = MAX_TOKENS
+    ctx: int | None = None  # None: the model's, at most 4096
+    threads: int | None = None  # None: the physical performance cores this process may use
+    gpu_layers: int = 0
+    exact_guard: bool = True
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    system: str | None = None
+    missing: str = ""  # why the model's file could not be found
+    rows: tuple[tuple[str, object, str], ...] = field(default=(), compare=False)  # (setting, value, source)
+
+    def require_model(self) -> Path:
+        if self.path is None:
+            from localspec.errors import ModelError
+
+            raise ModelError(self.missing)
+        return self.path
+
+
+def load_models(user_file: Path | None = None) -> Registry:
+    """The model registry with every entry's drafter settings checked against the drafter table."""
+    registry = load_registry(user_file)
+    for entry in registry.models.values():
+        _check_entry(entry)
+    return registry
+
+
+def _check_entry(entry: ModelEntry) -> None:
+    here = f"{entry.where}, [models.{entry.name}]"
+    bad = [d for d in entry.drafters if d not in DRAFTERS]
+    if bad:
+        raise ConfigError(f"{here}: 'drafters' lists {bad[0]!r}, which is not a drafter ({', '.join(DRAFTERS)})")
+    tables = [name for name, kind in DRAFTERS.items() if any(i.toml for i in kind.option_infos())]
+    for name, table in entry.drafter_tables.items():
+        if name not in tables:
+            raise ConfigError(f"{here}: unknown key {name!r} (drafter tables: {', '.join(tables)})")
+        from_table(drafter_kind(name).options(), table, name, f"{entry.where}, [models.{entry.name}.{name}]")
+
+
+def choose_backend(spec: str | None, entry: ModelEntry | None) -> str:
+    """MLX on Apple silicon for an alias with an MLX source (or a model folder); a folder elsewhere goes to
+    torch; everything else to llama.cpp."""
+    from localspec.hub import default_backend, on_apple_silicon
+
+    if entry is not None:
+        return default_backend(entry)
+    if spec and Path(spec).expanduser().is_dir():
+        return "mlx" if on_apple_silicon() else "torch"
+    return "llama.cpp"
+
+
+class _Rows:
+    """Picks each setting from the first source that has it and records which one it was."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, object, str]] = []
+
+    def pick(self, name: str, *candidates: tuple[object, str]):
+        for value, source in candidates:
+            if value is not None:
+                self.rows.append((name, value, source))
+                return value
+        self.rows.append((name, None, candidates[-1][1] if candidates else "default"))
+        return None
+
+
+def settings_from_args(args, registry: Registry | None = None) -> Settings:
+    """The run's settings from parsed command-line arguments (cli.py), models.toml and the defaults."""
+    registry = registry or load_models()
+    rows = _Rows()
+    flag = _flags(args)
+    spec = rows.pick("model", (flag("model"), "flag"), (registry.default, "models.toml (default)"))
+    entry = model_entry(spec, registry)
+    backend = rows.pick("backend", (flag("backend"), "flag"), (choose_backend(spec, entry), "default"))
+    name, path, missing = _find(spec, registry, backend)
+    rows.rows.append(("path", path if path is not None else f"(not available: {missing})", "models.toml"))
+    recommended = entry.drafters[0] if entry and entry.drafters else None
+    drafter = rows.pick(
+        "drafter", (flag("drafter"), "flag"), (recommended, "models.toml"), (DEFAULT_DRAFTER, "default")
+    )
+    drafter_kind(drafter)  # an unknown name fails before the (slow) model load
+    setup = _drafter_setup(args, entry, registry, backend, rows)
+    temperature_default = 0.0 if getattr(args, "command", "") == "bench" else SamplingParams.temperature
+    sampling = SamplingParams(
+        rows.pick("temperature", (flag("temperature"), "flag"), (temperature_default, "default")),
+        rows.pick("top_k", (flag("top_k"), "flag"), (SamplingParams.top_k, "default")),
+        rows.pick("top_p", (flag("top_p"), "flag"), (SamplingParams.top_p, "default")),
+        rows.pick("min_p", (flag("min_p"), "flag"), (SamplingParams.min_p, "default")),
+    )
+    return Settings(
+        name,
+        path,
+        backend,
+        drafter,
+        setup,
+        sampling,
+        draft_tokens=rows.pick("draft_tokens", (flag("draft_tokens"), "flag"), (DRAFT_TOKENS, "default")),
+        max_tokens=rows.pick("max_tokens", (flag("max_tokens"), "flag"), (MAX_TOKENS, "default")),
+        ctx=rows.pick("ctx", (flag("ctx"), "flag"), (None, "default (the model's, at most 4096)")),
+        threads=rows.pick("threads", (flag("threads"), "flag"), (None, "default (physical cores)")),
+        gpu_layers=rows.pick("gpu_layers", (flag("gpu_layers"), "flag"), (0, "default")),
+        exact_guard=rows.pick("exact_guard", (False if flag("no_exact_guard") else None, "flag"), (True, "default")),
+        stop=tuple(rows.pick("stop", (flag("stop") or None, "flag"), ((), "default"))),
+        seed=rows.pick("seed", (flag("seed"), "flag"), (None, "default (random)")),
+        system=rows.pick("system", (flag("system"), "flag"), (None, "default (none)")),
+        missing=missing,
+        rows=tuple(rows.rows + _environment_rows()),
+    )
+
+
+def _flags(args):
+    def flag(name: str):
+        return getattr(args, name, None)
+
+    return flag
+
+
+def _find(spec: str, registry: Registry, backend: str) -> tuple[str, Path | None, str]:
+    try:
+        name, path = resolve_model(spec, registry, backend=backend)
+        return name, path, ""
+    except LocalspecError as exc:
+        return spec, None, str(exc)
+
+
+def _drafter_setup(args, entry: ModelEntry | None, registry: Registry, backend: str, rows: _Rows) -> DrafterSetup:
+    """Every drafter's options: its flags over the model's [models.NAME.DRAFTER] table over its defaults."""
+
+    @cache
+    def find_model(spec: str) -> str:
+        return str(resolve_model(spec, registry, backend=backend)[1])
+
+    known = entry.drafts if entry else ()
+    models_toml = {
+        ("draft", "model"): known[0] if known else None,
+        ("eagle", "head"): entry.eagle.get("torch") if entry else None,
+    }
+    options = {}
+    for name, kind in DRAFTERS.items():
+        if kind.options is not None:
+            options[name] = _options_of(args, kind, entry, models_toml, find_model, rows)
+    context = DrafterContext(seed=getattr(args, "seed", None), known_drafts=known, find_model=find_model)
+    return DrafterSetup(options, context)
+
+
+def _options_of(args, kind, entry: ModelEntry | None, models_toml: dict, find_model, rows: _Rows):
+    """One drafter's options: each from its flag, else the model's table in models.toml, else the default."""
+    table = entry.drafter_tables.get(kind.name, {}) if entry else {}
+    where = f"{entry.where}, [models.{entry.name}.{kind.name}]" if entry else ""
+    from_toml = from_table(kind.options(), table, kind.name, where)
+    values = {}
+    for info in kind.option_infos():
+        given = getattr(args, info.dest, None) if info.flag else None
+        if given is not None and (kind.name, info.name) == ("draft", "model"):
+            given = find_model(given)  # a draft named on the command line must exist: say so before loading
+        toml = getattr(from_toml, info.name) if info.name in table else models_toml.get((kind.name, info.name))
+        values[info.name] = rows.pick(
+            f"{kind.name}.{info.name}", (given, "flag"), (toml, "models.toml"), (info.default, "default")
+        )
+    return kind.options(**values)
+
+
+def _environment_rows() -> list[tuple[str, object, str]]:
+    """The files and folders localspec reads and writes, and the variables that move them."""
+    from localspec.cost_cache import cache_disabled
+    from localspec.fileio import cache_root, data_dir
+
+    def source(*names: str) -> str:
+        given = [n for n in names if os.environ.get(n)]
+        return f"environment ({given[0]})" if given else "default"
+
+    models_file = Path(os.environ.get("LOCALSPEC_MODELS", USER_FILE))
+    return [
+        ("models_file", models_file if models_file.is_file() else f"{models_file} (none)", source("LOCALSPEC_MODELS")),
+        ("data_dir", data_dir(), source("LOCALSPEC_DATA", "XDG_DATA_HOME")),
+        ("cache_dir", cache_root(), source("LOCALSPEC_CACHE", "XDG_CACHE_HOME")),
+        ("cost_cache", "off" if cache_disabled() else "on", source("LOCALSPEC_NO_COST_CACHE")),
+        ("hf_cache", _hf_cache(), source("HF_HUB_CACHE", "HF_HOME")),
+    ]
+
+
+def _hf_cache() -> str:
+    try:
+        from huggingface_hub import constants
+
+        return constants.HF_HUB_CACHE
+    except ImportError:
+        return "(huggingface_hub not installed)"

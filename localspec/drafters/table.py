@@ -1,0 +1,128 @@
+"""The drafter table: the one place a drafter is registered. A row names the drafter, says in a line what it
+does, and points at its module's options dataclass and builder; the command line's flags, models.toml's
+tables, the chat's /help and the README's table are derived from it (tests/test_drafter_table.py checks)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from localspec.backends.base import Backend
+from localspec.drafters import draft_model, eagle, ngram, random, suffix
+from localspec.drafters.base import Drafter, NoDrafter
+from localspec.drafters.context import DrafterContext
+from localspec.errors import ConfigError
+from localspec.options import OptionInfo, describe
+
+
+@dataclass(frozen=True)
+class DrafterKind:
+    name: str
+    summary: str  # one line for --help, /help and the README
+    drafter: type[Drafter]  # its class: ``needs`` says what it requires of the target backend
+    options: type | None  # its options dataclass (None: it has none)
+    build: Callable[[Backend | None, object, DrafterContext], Drafter]
+
+    def option_infos(self) -> list[OptionInfo]:
+        return describe(self.options, self.name) if self.options else []
+
+    def needs_in_words(self) -> str:
+        needs = self.drafter.needs
+        words = {"rollback": "cache rollback", "hidden_states": "hidden states", "feature_layers": "chosen layers"}
+        shown = [text for key, text in words.items() if getattr(needs, key)]
+        return ", ".join(shown) or "—"
+
+
+def _plain(target, options, context) -> Drafter:
+    return NoDrafter()
+
+
+DRAFTERS: dict[str, DrafterKind] = {
+    kind.name: kind
+    for kind in (
+        DrafterKind("none", "plain decoding, no drafts: the baseline", NoDrafter, None, _plain),
+        DrafterKind(
+            "ngram",
+            "prompt lookup: copies what followed the last n tokens before",
+            ngram.NgramDrafter,
+            ngram.NgramOptions,
+            ngram.build,
+        ),
+        DrafterKind(
+            "suffix",
+            "suffix trees over this chat and past answers (the default)",
+            suffix.SuffixDrafter,
+            suffix.SuffixOptions,
+            suffix.build,
+        ),
+        DrafterKind(
+            "draft",
+            "a smaller model with the same tokenizer",
+            draft_model.DraftModelDrafter,
+            draft_model.DraftOptions,
+            draft_model.build,
+        ),
+        DrafterKind(
+            "eagle",
+            "an EAGLE-1/2/3 head on the target's hidden states",
+            eagle.EagleDrafter,
+            eagle.EagleOptions,
+            eagle.build,
+        ),
+        DrafterKind(
+            "random",
+            "random tokens: the floor bench and the controller are judged by",
+            random.RandomDrafter,
+            None,
+            random.build,
+        ),
+    )
+}
+
+
+def drafter_kind(name: str) -> DrafterKind:
+    try:
+        return DRAFTERS[name]
+    except KeyError:
+        raise ConfigError(f"unknown drafter {name!r}; choose one of: {', '.join(DRAFTERS)}") from None
+
+
+@dataclass(frozen=True)
+class DrafterSetup:
+    """Every drafter's options for a run (flags over models.toml over defaults) and its context: what builds
+    any drafter by name, at the start and on a switch mid-chat."""
+
+    options: dict = field(default_factory=dict)  # drafter name -> its options (missing: the defaults)
+    context: DrafterContext = DrafterContext()
+
+    def options_of(self, name: str):
+        kind = drafter_kind(name)
+        return self.options.get(name) or (kind.options() if kind.options else None)
+
+    def with_options(self, name: str, **values) -> DrafterSetup:
+        """The setup with some of one drafter's options replaced (e.g. a bench method's own cache folder)."""
+        return replace(self, options={**self.options, name: replace(self.options_of(name), **values)})
+
+    def build(self, name: str, target: Backend | None = None, **values) -> Drafter:
+        setup = self.with_options(name, **values) if values else self
+        return drafter_kind(name).build(target, setup.options_of(name), setup.context)
+
+
+def markdown_table() -> str:
+    """The README's drafter table (tests/test_drafter_table.py keeps the README's copy equal to this)."""
+    lines = [
+        "| `--drafter` | what drafts | needs of the backend | its options: flag, models.toml key (default) |",
+        "|---|---|---|---|",
+    ]
+    for kind in DRAFTERS.values():
+        shown = []
+        for i in kind.option_infos():
+            where = ", ".join(x for x in (f"`{i.flag}`" if i.flag else "", f"`{i.name}`" if i.toml else "") if x)
+            if where:
+                shown.append(f"{where} ({'none' if i.default is None else i.default}): {i.help}")
+        lines.append(f"| `{kind.name}` | {kind.summary} | {kind.needs_in_words()} | {'<br>'.join(shown) or '—'} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

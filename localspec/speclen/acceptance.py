@@ -1,0 +1,186 @@
+"""What the controller learns about how many drafted tokens get accepted.
+
+It estimates the conditional acceptance a_1, a_2, ... of a draft (a_i: token i is accepted given that
+1..i-1 were) from recent outcomes, exponentially decayed so that it follows the conversation, and carries
+only part of it into the next turn. Everything here belongs to the current drafter: a new one starts afresh.
+
+a_i is learnt per *confidence* of the token, not only per position: a drafter says how sure it is of each
+token (a 40-token suffix match versus a 3-token one, an n-gram match's length, a draft model's q), and the
+controller keeps acceptance per (confidence bucket, position band). So a long confident copy is verified
+64 tokens at a time while a weak guess in the same turn is verified short or not at all. Drafts without a
+confidence are judged by position alone.
+
+A proposal the controller verifies nothing of still teaches something: it is kept as a *shadow* and
+compared with the tokens the target emits next, which for a point-mass draft is an unbiased sample of its
+acceptance (P(target emits x) = p(x) = P(accept x)).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+
+from localspec.types import Draft
+
+DECAY = 0.9  # per step that observes an estimate: ~10 recent steps dominate it
+PRIOR_ACCEPT, PRIOR_WEIGHT = 0.5, 2.0  # position 1 with no data is a coin flip worth two observations
+TURN_CARRY = 0.25  # share of the acceptance evidence that carries over into the next turn
+# Confidence buckets (upper edges); a drafter's confidence is in [0, 1] (see Draft.confidence).
+CONFIDENCE_EDGES = (0.2, 0.35, 0.5, 0.6, 0.7, 0.8, 0.87, 0.92, 0.96)
+
+
+def band(position: int) -> int:
+    """Position bands 1, 2, 3-4, 5-8, 9-16, ...: acceptance changes along a draft, ever slower."""
+    return (position - 1).bit_length()
+
+
+def bucket(confidence: float) -> int:
+    return bisect_right(CONFIDENCE_EDGES, confidence)
+
+
+class AcceptanceEstimator:
+    """Acceptance of the current drafter's tokens by position, and by (confidence bucket, position band)."""
+
+    def __init__(self, max_k: int) -> None:
+        self.max_k = max_k
+        self._bands = [0] + [band(i) for i in range(1, max_k + 1)]  # position -> band, looked up per token
+        self._seen = [0.0] * (max_k + 1)  # decayed counts per position (index 1..max_k)
+        self._hits = [0.0] * (max_k + 1)
+        n_bands = band(max_k) + 1
+        # decayed counts per confidence bucket and position band
+        self._cseen = [[0.0] * n_bands for _ in range(len(CONFIDENCE_EDGES) + 1)]
+        self._chits = [[0.0] * n_bands for _ in range(len(CONFIDENCE_EDGES) + 1)]
+        self._step_obs: dict[tuple[int, int], list[int]] = {}  # this step's (bucket, band) -> [seen, hits]
+        self._full: Draft | None = None  # the last proposal, before trimming
+        self._full_conf: tuple[float, ...] | None = None  # and its tokens' confidence
+        self._shadow: Draft | None = None  # an unverified point-mass proposal being compared with the output
+        self._shadow_pos = 0
+
+    def begin_turn(self) -> None:
+        """A new turn may be a different kind of text: what the last one taught counts for less."""
+        self._seen = [TURN_CARRY * s for s in self._seen]
+        self._hits = [TURN_CARRY * h for h in self._hits]
+        self._cseen = [[TURN_CARRY * s for s in row] for row in self._cseen]
+        self._chits = [[TURN_CARRY * h for h in row] for row in self._chits]
+        self._shadow, self._shadow_pos = None, 0
+
+    # -- estimates --------------------------------------------------------------------------------------
+    def profile(self) -> list[float]:
+        """Estimated conditional acceptance of draft positions 1..max_k (index 0 unused). A position with
+        few observations leans on the one before it (drafts rarely get better further out)."""
+        out, prior = [1.0], PRIOR_ACCEPT
+        for i in range(1, self.max_k + 1):
+            prior = (self._hits[i] + prior * PRIOR_WEIGHT) / (self._seen[i] + PRIOR_WEIGHT)
+            out.append(prior)
+        return out
+
+    def _bucket_row(self, b: int, first: float) -> list[float]:
+        """Acceptance per position band for confidence bucket b; a band with few observations leans on the
+        band before it, the first band on the position-1 estimate of all drafts (``first``)."""
+        out, prior = [], first
+        for seen, hits in zip(self._cseen[b], self._chits[b], strict=False):
+            prior = (hits + prior * PRIOR_WEIGHT) / (seen + PRIOR_WEIGHT)
+            out.append(prior)
+        return out
+
+    def of_draft(self, draft: Draft) -> list[float]:
+        """Estimated conditional acceptance of each token of a proposal (index 0 unused)."""
+        profile = self.profile()
+        confidence = draft.token_confidence()
+        if confidence is None:
+            return [1.0] + [profile[min(i, self.max_k)] for i in range(1, len(draft) + 1)]
+        rows: dict[int, list[float]] = {}
+        out = [1.0]
+        bands = self._bands
+        for i, c in enumerate(confidence, 1):
+            b = bisect_right(CONFIDENCE_EDGES, c)
+            row = rows.get(b)
+            if row is None:
+                row = rows[b] = self._bucket_row(b, profile[1])
+            out.append(row[bands[i]])
+        return out
+
+    def expected_tokens(self, accept_all: bool = False, acceptance: list[float] | None = None) -> list[float]:
+        """E(k) for k = 0..len(acceptance) - 1 (default: by position, k = 0..max_k)."""
+        profile = acceptance if acceptance is not None else self.profile()
+        out, total, chain = [1.0], 1.0, 1.0
+        for a in profile[1:]:
+            chain *= 1.0 if accept_all else a
+            total += chain
+            out.append(total)
+        return out
+
+    # -- evidence ---------------------------------------------------------------------------------------
+    def propose(self, draft: Draft) -> None:
+        """The step's proposal, before the controller trims it: what its outcome is compared with."""
+        self._full, self._full_conf = draft, draft.token_confidence()
+
+    def shadow(self, draft: Draft) -> None:
+        """A proposal of which nothing is verified: follow it in the output, if it is a point mass (its
+        confidence is draft.confidence) and no other is being followed."""
+        if draft.q is None and self._shadow is None:
+            self._shadow, self._shadow_pos = draft, 0
+
+    def record(self, verified: int, accepted: int, emitted: Sequence[int]) -> None:
+        """The step's outcome: `verified` tokens of the proposal went to the target, `accepted` of them
+        passed, `emitted` is what the step output (see AdaptiveK.record)."""
+        full, conf = self._full, self._full_conf
+        for i in range(1, min(verified, accepted + 1) + 1):
+            self._observe(i, i <= accepted, conf[i - 1] if conf else None)
+        if full is not None and full.q is None and 0 < verified == accepted < len(full) and len(emitted) > verified:
+            # every verified token passed and the target's own next token is free evidence for the
+            # proposal's next position (it equals it with exactly that position's acceptance probability)
+            self._observe(verified + 1, emitted[verified] == full.tokens[verified], conf[verified] if conf else None)
+        self._full = None
+        if verified == 0:
+            self._follow_shadow(emitted)
+        else:
+            self._shadow = None
+        self._flush_observations()
+
+    def _follow_shadow(self, emitted: Sequence[int]) -> None:
+        for token in emitted:
+            shadow = self._shadow
+            if shadow is None:
+                return
+            pos = self._shadow_pos
+            hit = token == shadow.tokens[pos]
+            self._observe(pos + 1, hit, shadow.confidence[pos] if shadow.confidence else None)
+            self._shadow_pos += 1
+            if not hit or self._shadow_pos >= len(shadow):
+                self._shadow, self._shadow_pos = None, 0
+
+    def _observe(self, i: int, hit: bool, confidence: float | None) -> None:
+        if i > self.max_k:
+            return
+        self._seen[i] = DECAY * self._seen[i] + 1.0
+        self._hits[i] = DECAY * self._hits[i] + float(hit)
+        if confidence is not None:
+            cell = self._step_obs.setdefault((bucket(confidence), band(i)), [0, 0])
+            cell[0] += 1
+            cell[1] += hit
+
+    def _flush_observations(self) -> None:
+        """A (bucket, band) cell decays once per step that observes it, however many of its tokens the step
+        saw: a 40-token copy accepted whole is 40 observations, not 40 steps of forgetting."""
+        for (b, d), (seen, hits) in self._step_obs.items():
+            self._cseen[b][d] = DECAY * self._cseen[b][d] + seen
+            self._chits[b][d] = DECAY * self._chits[b][d] + hits
+        self._step_obs.clear()
+
+    def figures(self) -> dict:
+        """The acceptance estimate by position, and by confidence for the buckets with evidence."""
+        return {
+            "acceptance_estimate": [round(a, 3) for a in self.profile()[1:]],
+            "acceptance_by_confidence": self._bucket_figures(),
+        }
+
+    def _bucket_figures(self) -> dict:
+        """{'<=edge': acceptance per position band} for the buckets with evidence."""
+        profile = self.profile()
+        labels = [f"<={e}" for e in CONFIDENCE_EDGES] + [f">{CONFIDENCE_EDGES[-1]}"]
+        return {
+            labels[b]: [round(a, 3) for a in self._bucket_row(b, profile[1])]
+            for b in range(len(labels))
+            if sum(self._cseen[b]) > 0.5
+        }

@@ -1,0 +1,93 @@
+"""The drafter table is the one place a drafter is registered: the command line, models.toml, /help and the
+README follow it, and a flag travels cli -> config -> session -> drafter."""
+
+import re
+from pathlib import Path
+
+import pytest
+from fakes import ScriptedBackend
+
+from localspec.cli import build_parser
+from localspec.config import load_models, settings_from_args
+from localspec.drafters.table import DRAFTERS, markdown_table
+from localspec.errors import ConfigError
+from localspec.session import Session
+from localspec.tui.slash import HELP
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def options_of(kind):
+    return [i for i in kind.option_infos() if i.flag]
+
+
+def test_every_drafter_option_has_its_flag_with_help_and_default():
+    help_text = build_parser()._subparsers._group_actions[0].choices["run"].format_help()
+    for kind in DRAFTERS.values():
+        for info in options_of(kind):
+            assert info.flag in help_text, info.flag
+            assert info.help.split(" (")[0][:30] in " ".join(help_text.split()), info.help
+    assert "--suffix-min-prob" in help_text and "--ngram-max" in help_text and "--eagle-tree" in help_text
+
+
+def test_a_flag_reaches_the_drafter(tmp_path):
+    args = build_parser().parse_args(
+        ["run", "x", "--drafter", "ngram", "--ngram-min", "1", "--ngram-max", "3", "--suffix-max-depth", "8"]
+    )
+    settings = settings_from_args(args)
+    sources = {name: source for name, _, source in settings.rows}
+    assert sources["ngram.min"] == "flag" and sources["suffix.max_depth"] == "flag"
+    assert sources["suffix.min_token_prob"] == "default"
+    backend = ScriptedBackend(vocab_size=20)
+    with Session(backend, settings.drafters.build("ngram", backend), settings.sampling, "m") as session:
+        assert (session.drafter.n_min, session.drafter.n_max) == (1, 3)
+    assert settings.drafters.options_of("suffix").max_depth == 8
+
+
+def test_models_toml_tables_reach_the_drafter_and_flags_override_them(tmp_path, monkeypatch):
+    path = tmp_path / "models.toml"
+    path.write_text(
+        "[models.mine]\nembedded = 'p/f.gguf'\ndrafters = ['ngram']\n"
+        "[models.mine.ngram]\nmin = 3\nmax = 5\n[models.mine.suffix]\nmin_token_prob = 1\n"
+    )
+    monkeypatch.setenv("LOCALSPEC_MODELS", str(path))
+    settings = settings_from_args(build_parser().parse_args(["run", "x", "--model", "mine", "--ngram-max", "7"]))
+    assert settings.drafter == "ngram"  # the model's first recommended drafter
+    assert settings.drafters.options_of("ngram").min == 3 and settings.drafters.options_of("ngram").max == 7
+    assert settings.drafters.options_of("suffix").min_token_prob == 1.0
+    rows = {name: (value, source) for name, value, source in settings.rows}
+    assert rows["drafter"] == ("ngram", "models.toml") and rows["ngram.max"] == (7, "flag")
+    assert rows["ngram.min"] == (3, "models.toml") and rows["models_file"][1] == "environment (LOCALSPEC_MODELS)"
+
+
+def test_models_toml_accepts_exactly_the_drafters_toml_keys(tmp_path):
+    for kind in DRAFTERS.values():
+        for info in kind.option_infos():
+            if not info.toml:
+                continue
+            value = {int: 4, float: 0.5, str: "'x'", bool: "true"}[info.kind]
+            if (kind.name, info.name) == ("ngram", "min"):
+                value = 1
+            path = tmp_path / f"{kind.name}-{info.name}.toml"
+            path.write_text(f"[models.a]\nembedded = 'p/f.gguf'\n[models.a.{kind.name}]\n{info.name} = {value}\n")
+            load_models(user_file=path)  # accepted
+    path = tmp_path / "bad.toml"
+    path.write_text("[models.a]\nembedded = 'p/f.gguf'\n[models.a.ngram]\nsize = 3\n")
+    with pytest.raises(ConfigError, match=r"\[models.a.ngram\]: unknown key 'size' \(allowed: min, max\)"):
+        load_models(user_file=path)
+
+
+def test_help_lists_every_drafter():
+    for kind in DRAFTERS.values():
+        assert re.search(rf"^  {kind.name} +{re.escape(kind.summary)}$", HELP, re.M), kind.name
+
+
+def test_the_readme_table_is_the_drafter_table():
+    text = README.read_text(encoding="utf-8")
+    shown = text.split("<!-- drafters -->\n", 1)[1].split("\n<!-- /drafters -->", 1)[0]
+    assert shown == markdown_table(), "README's drafter table is stale: paste `python -m localspec.drafters.table`"
+
+
+def test_unknown_drafter_fails_before_loading():
+    with pytest.raises(ConfigError, match="unknown drafter 'magic'; choose one of: none, ngram, suffix"):
+        settings_from_args(build_parser().parse_args(["run", "x", "--drafter", "magic"]))

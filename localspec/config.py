@@ -108,7 +108,8 @@ def settings_from_args(args, registry: Registry | None = None) -> Settings:
     entry = model_entry(spec, registry)
     backend = rows.pick("backend", (flag("backend"), "flag"), (choose_backend(spec, entry), "default"))
     name, path, missing = _find(spec, registry, backend)
-    rows.rows.append(("path", path if path is not None else f"(not available: {missing})", "models.toml"))
+    shown = path if path is not None else f"(not available: {missing})"
+    rows.rows.append(("path", shown, "models.toml" if entry else "flag"))
     recommended = entry.drafters[0] if entry and entry.drafters else None
     drafter = rows.pick(
         "drafter", (flag("drafter"), "flag"), (recommended, "models.toml"), (DEFAULT_DRAFTER, "default")

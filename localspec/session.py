@@ -21,8 +21,6 @@ from localspec.sampling import SamplingParams
 from localspec.speclen import AdaptiveK, FixedK, make_policy
 from localspec.types import TokenEvent
 
-DRAFTER_NAMES = tuple(DRAFTERS)  # for the chat's /drafter and /help
-
 
 def drafter_summaries() -> list[tuple[str, str]]:
     """(name, what it does) of every drafter, in the table's order."""

@@ -267,3 +267,20 @@ def test_calibrate_checks_batch_invariance_and_runs_use_those_kernels(tmp_path):
     assert guard["kernels"] == "batch-invariant" and guard["margin"] is None and guard["fired"] == 0
     unguarded = run_cli("run", "--temperature", "0", "-n", "8", "--json", "--no-exact-guard", "Hi.", env=env)
     assert json.loads(unguarded.stdout)["stats"]["exact_guard"] is None
+
+
+def test_config_prints_each_setting_and_its_source(capsys, tmp_path, monkeypatch):
+    path = tmp_path / "models.toml"
+    path.write_text("[models.mine]\nembedded = 'p/f.gguf'\n[models.mine.suffix]\nmax_depth = 32\n")
+    monkeypatch.setenv("LOCALSPEC_MODELS", str(path))
+    assert main(["config", "--model", "mine", "--ngram-min", "3", "--temperature", "0.5"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert lines["ngram.min"].split()[1:] == ["3", "[flag]"]
+    assert lines["suffix.max_depth"].split()[1:] == ["32", "[models.toml]"]
+    assert lines["temperature"].split()[1:] == ["0.5", "[flag]"] and lines["top_k"].endswith("[default]")
+    assert "not available" in lines["path"]  # the model is not installed: config says so, loads nothing
+    assert lines["models_file"].endswith("[environment (LOCALSPEC_MODELS)]")
+    assert main(["config", "--json", "--drafter", "ngram"]) == 0
+    rows = {row["setting"]: row for row in json.loads(capsys.readouterr().out)}
+    assert rows["drafter"]["value"] == "ngram" and rows["drafter"]["source"] == "flag"
+    assert rows["model"]["source"] == "models.toml (default)"

@@ -2,6 +2,7 @@
 README follow it, and a flag travels cli -> config -> session -> drafter."""
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -9,10 +10,13 @@ from fakes import ScriptedBackend
 
 from localspec.cli import build_parser
 from localspec.config import load_models, settings_from_args
-from localspec.drafters.table import DRAFTERS, markdown_table
+from localspec.drafters.base import Drafter
+from localspec.drafters.table import DRAFTERS, DrafterKind, markdown_table
 from localspec.errors import ConfigError
+from localspec.options import option
 from localspec.session import Session
-from localspec.tui.slash import HELP
+from localspec.tui.slash import help_text
+from localspec.types import Draft
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -79,7 +83,7 @@ def test_models_toml_accepts_exactly_the_drafters_toml_keys(tmp_path):
 
 def test_help_lists_every_drafter():
     for kind in DRAFTERS.values():
-        assert re.search(rf"^  {kind.name} +{re.escape(kind.summary)}$", HELP, re.M), kind.name
+        assert re.search(rf"^  {kind.name} +{re.escape(kind.summary)}$", help_text(), re.M), kind.name
 
 
 def test_the_readme_table_is_the_drafter_table():
@@ -91,3 +95,46 @@ def test_the_readme_table_is_the_drafter_table():
 def test_unknown_drafter_fails_before_loading():
     with pytest.raises(ConfigError, match="unknown drafter 'magic'; choose one of: none, ngram, suffix"):
         settings_from_args(build_parser().parse_args(["run", "x", "--drafter", "magic"]))
+
+
+# a new drafter is one module (its class, options and builder) plus one table row: nothing else changes
+@dataclass(frozen=True)
+class EchoOptions:
+    width: int = option(3, "tokens it repeats")
+
+
+class EchoDrafter(Drafter):
+    name = "echo"
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+
+    def propose(self, context, max_tokens, features=None) -> Draft:
+        return Draft.chain(list(context[-self.width :])[:max_tokens])
+
+
+def build_echo(target, options: EchoOptions, context) -> EchoDrafter:
+    return EchoDrafter(options.width)
+
+
+def test_a_new_drafter_is_one_module_and_one_table_row(monkeypatch, tmp_path):
+    monkeypatch.setitem(
+        DRAFTERS, "echo", DrafterKind("echo", "repeats the last tokens", EchoDrafter, EchoOptions, build_echo)
+    )
+    assert "--echo-width" in build_parser()._subparsers._group_actions[0].choices["chat"].format_help()
+    assert re.search(r"^  echo +repeats the last tokens$", help_text(), re.M)
+    assert "| `echo` | repeats the last tokens | cache rollback | `--echo-width`, `width` (3)" in markdown_table()
+    path = tmp_path / "models.toml"
+    path.write_text("[models.mine]\nembedded = 'p/f.gguf'\n[models.mine.echo]\nwidth = 5\n")
+    monkeypatch.setenv("LOCALSPEC_MODELS", str(path))
+    assert load_models().get("mine").drafter_tables == {"echo": {"width": 5}}
+    settings = settings_from_args(build_parser().parse_args(["run", "x", "-m", "mine", "-d", "echo"]))
+    assert settings.drafters.options_of("echo") == EchoOptions(5)  # models.toml's
+    settings = settings_from_args(
+        build_parser().parse_args(["run", "x", "-m", "mine", "-d", "echo", "--echo-width", "2"])
+    )
+    backend = ScriptedBackend(vocab_size=20)
+    with Session(backend, settings.drafters.build(settings.drafter, backend), settings.sampling, "m") as session:
+        assert session.drafter.width == 2
+        session.switch_drafter("ngram")
+        assert session.drafter.name == "ngram"

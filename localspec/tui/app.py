@@ -28,7 +28,7 @@ from localspec.chat_store import SavedChat
 from localspec.errors import LocalspecError
 from localspec.session import Session
 from localspec.tui.panels import StatsPanel, StatusBar, process_memory_mb
-from localspec.tui.slash import HELP, SlashError, parse_slash
+from localspec.tui.slash import SlashError, help_text, parse_slash
 
 # Every UI update takes the GIL from the engine thread and, on a machine whose cores all decode, CPU time
 # from one of llama.cpp's threads, which the others then wait for at every barrier; so updates are
@@ -471,7 +471,7 @@ class ChatApp(App):
         self._refresh_status()
 
     async def _slash_help(self, arg) -> None:
-        await self._note(HELP)
+        await self._note(help_text())
 
     async def _slash_quit(self, arg) -> None:
         self.exit()

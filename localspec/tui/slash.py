@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from localspec.session import DRAFTER_NAMES, drafter_summaries
+from localspec.session import drafter_summaries
 
-HELP = """\
+_HELP = """\
 Enter sends · Ctrl+J new line · Ctrl+P/Ctrl+N history · Esc or Ctrl+C stops the answer
 F2 colours tokens that came from accepted drafts · Ctrl+Q quits (the chat is saved as you go)
 /drafter NAME    switch drafter:
@@ -16,9 +16,12 @@ F2 colours tokens that came from accepted drafts · Ctrl+Q quits (the chat is sa
 /system TEXT     set the system prompt
 /clear           start a new chat
 /save [FILE]     save as Markdown (.md) or JSON (default: the chats folder)
-/help            this text""".format(
-    drafters="\n".join(f"  {name:<14} {summary}" for name, summary in drafter_summaries())
-)
+/help            this text"""
+
+
+def help_text() -> str:
+    """/help: the keys, and the commands with every drafter of the drafter table."""
+    return _HELP.format(drafters="\n".join(f"  {name:<14} {summary}" for name, summary in drafter_summaries()))
 
 
 @dataclass(frozen=True)
@@ -32,8 +35,9 @@ class SlashError(ValueError):
 
 
 def _drafter_arg(arg: str) -> str:
-    if arg not in DRAFTER_NAMES:
-        raise SlashError(f"/drafter needs one of: {', '.join(DRAFTER_NAMES)}")
+    names = [name for name, _ in drafter_summaries()]
+    if arg not in names:
+        raise SlashError(f"/drafter needs one of: {', '.join(names)}")
     return arg
 
 

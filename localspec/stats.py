@@ -7,6 +7,30 @@ from dataclasses import dataclass, field
 from localspec.baseline import PlainSpeed, speedup
 
 
+@dataclass(frozen=True)
+class TurnView:
+    """What a live display shows of a turn: a frozen snapshot of ``TurnStats``, safe to hand to another thread
+    (the chat's engine thread posts them; the panels read them)."""
+
+    generated: int
+    steps: int
+    drafted: int
+    accepted: int
+    acceptance_rate: float | None
+    mean_accepted_length: float
+    acceptance_by_position: tuple[float, ...]
+    decode_tok_s: float
+    prefill_tokens: int
+    prefill_tok_s: float
+    draft_s: float
+    verify_s: float
+    speedup: float | None
+    plain_tok_s: float | None  # in-session plain decoding near this context length (None: not measured yet)
+    plain_steps: int
+    plain_age_s: float
+    record: dict  # every figure (TurnStats.to_dict), as the saved chat keeps it
+
+
 @dataclass
 class TurnStats:
     prompt_tokens: int = 0  # the whole prompt, cached prefix included
@@ -96,6 +120,28 @@ class TurnStats:
         """'1.42x vs 11.2 tok/s plain', or '-' while in-session plain decoding is not measured yet."""
         value = self.speedup
         return "-" if value is None else f"{value:.2f}x vs {self.plain.tok_s:.1f} tok/s plain"
+
+    def view(self) -> TurnView:
+        plain = self.plain
+        return TurnView(
+            self.generated,
+            self.steps,
+            self.drafted,
+            self.accepted,
+            self.acceptance_rate,
+            self.mean_accepted_length,
+            tuple(self.acceptance_by_position()),
+            self.decode_tps,
+            self.prefill_tokens,
+            self.prefill_tps,
+            self.draft_s,
+            self.verify_s,
+            self.speedup,
+            None if plain is None else plain.tok_s,
+            0 if plain is None else plain.steps,
+            0.0 if plain is None else plain.age_s(),
+            self.to_dict(),
+        )
 
     def to_dict(self) -> dict:
         rate = self.acceptance_rate

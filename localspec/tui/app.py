@@ -27,6 +27,7 @@ from textual.widgets import Markdown, Static, TextArea
 from localspec.chat_store import SavedChat
 from localspec.errors import LocalspecError
 from localspec.session import Session
+from localspec.stats import TurnView
 from localspec.tui.panels import StatsPanel, StatusBar, process_memory_mb
 from localspec.tui.slash import SlashError, help_text, parse_slash
 
@@ -67,13 +68,13 @@ class Progress(Message):
 class Delta(Message):
     """New answer text since the last Delta, split into (text, from an accepted draft) pieces."""
 
-    def __init__(self, pieces: list[tuple[str, bool]], stats: dict) -> None:
+    def __init__(self, pieces: list[tuple[str, bool]], stats: TurnView) -> None:
         super().__init__()
         self.pieces, self.stats = pieces, stats
 
 
 class TurnDone(Message):
-    def __init__(self, stats: dict, finish: str, error: str | None = None) -> None:
+    def __init__(self, stats: TurnView | None, finish: str, error: str | None = None) -> None:
         super().__init__()
         self.stats, self.finish, self.error = stats, finish, error
 
@@ -255,7 +256,7 @@ class ChatApp(App):
         self.session: Session | None = None
         self.history: list[tuple[float, float]] = []
         self.current: Turn | None = None
-        self.last_stats: dict | None = None
+        self.last_stats: TurnView | None = None
         self.colours = False
         self._stop = threading.Event()
         self._stats_at = 0.0
@@ -290,7 +291,7 @@ class ChatApp(App):
                 job()
             except Exception as exc:  # a bug must not leave the app waiting forever: report it, keep going
                 error = f"internal error: {exc!r} (please report it)"
-                self.post_message(TurnDone({}, "error", error) if self.generating else Failed(error))
+                self.post_message(TurnDone(None, "error", error) if self.generating else Failed(error))
 
     def _load(self) -> None:
         try:
@@ -325,21 +326,21 @@ class ChatApp(App):
                     pieces.append((event.text[: event.draft_chars], True))
                 if event.text[event.draft_chars :]:
                     pieces.append((event.text[event.draft_chars :], False))
-                stats = event.stats  # the turn's live counters; turned into a dict only when posted
+                stats = event.stats  # the turn's live counters; a frozen view of them is what is posted
                 finish = event.finish_reason or finish
                 now = time.perf_counter()
                 if pieces and now - last >= UPDATE_S:
-                    self.post_message(Delta(pieces, stats.to_dict()))
+                    self.post_message(Delta(pieces, stats.view()))
                     pieces, last = [], now
                 if self._stop.is_set():
                     break
         except LocalspecError as exc:
-            self.post_message(TurnDone(stats.to_dict() if stats else {}, "error", str(exc)))
+            self.post_message(TurnDone(stats.view() if stats else None, "error", str(exc)))
             return
         finally:
             if events_ is not None:
                 events_.close()  # rolls the cache back if we left early, and completes the stats
-        final = stats.to_dict() if stats else {}
+        final = stats.view() if stats else None
         if pieces:
             self.post_message(Delta(pieces, final))
         self.post_message(TurnDone(final, "interrupted" if self._stop.is_set() else finish))
@@ -408,12 +409,12 @@ class ChatApp(App):
             self.chat.stats.pop()
             await self._note(message.error, error=True)
         elif turn is not None:
-            stats = message.stats or None
-            self.chat.add("assistant", turn.text, stats)
+            stats = message.stats
+            self.chat.add("assistant", turn.text, stats.record if stats else None)
             self._save()
-            if stats and stats.get("generated_tokens"):
+            if stats and stats.generated:
                 self.last_stats = stats
-                self.history.append((stats["decode_tok_s"], stats.get("acceptance_rate") or 0.0))
+                self.history.append((stats.decode_tok_s, stats.acceptance_rate or 0.0))
             if message.finish == "interrupted":
                 await self._note("(stopped — the answer so far is kept)")
             elif message.finish == "context":
@@ -528,7 +529,8 @@ class ChatApp(App):
     async def action_quit(self) -> None:
         self._stop.set()
         if self.generating and self.current is not None and self.current.text:
-            self.chat.add("assistant", self.current.text, self.last_stats)  # keep the answer so far
+            record = self.last_stats.record if self.last_stats else None
+            self.chat.add("assistant", self.current.text, record)  # keep the answer so far
             self.generating = False
         self._save()
         self.exit()

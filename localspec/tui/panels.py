@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from localspec.stats import TurnView
+
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
 
@@ -24,28 +26,27 @@ def bar(fraction: float, width: int = 10) -> str:
 class StatsPanel(Static):
     """This turn's speculation figures, the per-position acceptance and the last turns' trend."""
 
-    def show(self, stats: dict | None, history: list[tuple[float, float]]) -> None:
+    def show(self, stats: TurnView | None, history: list[tuple[float, float]]) -> None:
         t = Text()
         t.append("This turn\n", style="bold")
-        if not stats or not stats.get("steps"):
+        if stats is None or not stats.steps:
             t.append(" waiting for a message\n", style="dim")
         else:
-            rate = stats.get("acceptance_rate")
-            t.append(f" accepted  {'-' if rate is None else f'{rate:.0%}'} ({stats['accepted']}/{stats['drafted']})\n")
-            t.append(f" tau       {stats['mean_accepted_length']:.2f} tok/step\n")
-            t.append(f" verified  {stats['drafted'] / stats['steps']:.2f} draft tok/step\n")
-            t.append(f" decode    {stats['decode_tok_s']:.1f} tok/s\n")
-            plain = stats.get("plain")
-            if stats.get("speedup") is not None and plain:
-                t.append(f" speedup   {stats['speedup']:.2f}x", style="bold")
-                t.append(f" vs {plain['tok_s']:.1f}\n")
-                t.append(f"  plain: {plain['steps']} steps here, {age(plain['age_s'])}\n", style="dim")
+            rate = stats.acceptance_rate
+            t.append(f" accepted  {'-' if rate is None else f'{rate:.0%}'} ({stats.accepted}/{stats.drafted})\n")
+            t.append(f" tau       {stats.mean_accepted_length:.2f} tok/step\n")
+            t.append(f" verified  {stats.drafted / stats.steps:.2f} draft tok/step\n")
+            t.append(f" decode    {stats.decode_tok_s:.1f} tok/s\n")
+            if stats.speedup is not None and stats.plain_tok_s is not None:
+                t.append(f" speedup   {stats.speedup:.2f}x", style="bold")
+                t.append(f" vs {stats.plain_tok_s:.1f}\n")
+                t.append(f"  plain: {stats.plain_steps} steps here, {age(stats.plain_age_s)}\n", style="dim")
             else:
                 t.append(" speedup   -\n")
                 t.append("  plain: under 16 steps at this length\n", style="dim")
-            t.append(f" draft {stats['draft_s'] * 1e3:.0f} ms · verify {stats['verify_s'] * 1e3:.0f} ms\n")
-            t.append(f" prefill   {stats['prefill_tokens']} tok, {stats['prefill_tok_s']:.0f} tok/s\n")
-            by_pos = stats.get("acceptance_by_position") or []
+            t.append(f" draft {stats.draft_s * 1e3:.0f} ms · verify {stats.verify_s * 1e3:.0f} ms\n")
+            t.append(f" prefill   {stats.prefill_tokens} tok, {stats.prefill_tok_s:.0f} tok/s\n")
+            by_pos = stats.acceptance_by_position
             if by_pos:
                 t.append("Per draft position\n", style="bold")
                 # as many positions as fit above the trend lines (8 in a tall terminal, fewer at 80x24)

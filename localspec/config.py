@@ -184,16 +184,21 @@ def _options_of(args, kind, entry: ModelEntry | None, models_toml: dict, find_mo
     table = entry.drafter_tables.get(kind.name, {}) if entry else {}
     where = f"{entry.where}, [models.{entry.name}.{kind.name}]" if entry else ""
     from_toml = from_table(kind.options(), table, kind.name, where)
-    values = {}
+    values, flags = {}, []
     for info in kind.option_infos():
         given = getattr(args, info.dest, None) if info.flag else None
+        if given is not None:
+            flags.append(info.flag)
         if given is not None and (kind.name, info.name) == ("draft", "model"):
             given = find_model(given)  # a draft named on the command line must exist: say so before loading
         toml = getattr(from_toml, info.name) if info.name in table else models_toml.get((kind.name, info.name))
         values[info.name] = rows.pick(
             f"{kind.name}.{info.name}", (given, "flag"), (toml, "models.toml"), (info.default, "default")
         )
-    return kind.options(**values)
+    try:
+        return kind.options(**values)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (given by {', '.join(flags) or where})") from None
 
 
 def _environment_rows() -> list[tuple[str, object, str]]:

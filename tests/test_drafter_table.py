@@ -138,3 +138,8 @@ def test_a_new_drafter_is_one_module_and_one_table_row(monkeypatch, tmp_path):
         assert session.drafter.width == 2
         session.switch_drafter("ngram")
         assert session.drafter.name == "ngram"
+
+
+def test_a_bad_option_value_names_the_flag_that_gave_it():
+    with pytest.raises(ConfigError, match=r"max_depth must be at least 4, got 2 \(given by --suffix-max-depth\)"):
+        settings_from_args(build_parser().parse_args(["run", "x", "--suffix-max-depth", "2"]))

@@ -204,6 +204,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     conf.add_argument("--json", action="store_true", help="print JSON")
 
+    serve = sub.add_parser(
+        "serve",
+        parents=[common],
+        help="serve an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models, /health, "
+        "/metrics) with speculative decoding",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1; others need --api-key)")
+    serve.add_argument("--port", type=int, default=8088, help="port (8088)")
+    serve.add_argument("--api-key", help="require Authorization: Bearer KEY (needed off loopback)")
+    serve.add_argument("--cors", action="store_true", help="send CORS headers (browsers on other origins)")
+
     chat = sub.add_parser("chat", parents=[common], help="multi-turn chat")
     chat.add_argument("--plain", action="store_true", help="line-based chat (also used when not on a terminal)")
     chat.add_argument(
@@ -228,6 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "train-eagle": commands.train_eagle_command,
             "calibrate": commands.calibrate_command,
             "config": commands.config_command,
+            "serve": commands.serve_command,
         }[args.command](args)
     except LocalspecError as exc:
         print(f"localspec: error: {exc}", file=sys.stderr)

@@ -343,3 +343,9 @@ def config_command(args) -> int:
 
 def _shown(value) -> object:
     return str(value) if isinstance(value, Path) else list(value) if isinstance(value, tuple) else value
+
+
+def serve_command(args) -> int:
+    from localspec.server.run import serve
+
+    return serve(settings_from_args(args), args.host, args.port, args.api_key, args.cors)

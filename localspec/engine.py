@@ -21,7 +21,7 @@ from localspec.baseline import PlainBaseline
 from localspec.drafters.base import Drafter, check_fit
 from localspec.errors import ConfigError, ContextOverflow
 from localspec.exact_guard import exact_mode, guard
-from localspec.sampling import SamplingParams
+from localspec.sampling import SamplingParams, Streams
 from localspec.speclen import AdaptiveK, FixedK, make_policy
 from localspec.stats import TurnStats
 from localspec.stopping import StopStrings
@@ -52,6 +52,7 @@ def stream_generate(
     plain = plain if plain is not None else PlainBaseline()
     _check_request(backend, drafter, prompt, max_tokens)
     rng = rng if rng is not None else np.random.default_rng()
+    streams = Streams(int(rng.integers(2**63)))  # this turn's draws, by token position
     stats = TurnStats(prompt_tokens=len(prompt))
     invariant, margin = exact_mode(backend, sampling, exact_guard)
     backend.set_batch_invariant(invariant)
@@ -85,7 +86,7 @@ def stream_generate(
             draft = draft.cut(policy.trim(draft.main_chain(), drafting)).prefix(backend.n_ctx - len(context))
             # verify
             out = _forward(backend, context, draft, need_hidden)
-            verdict = verify_draft(draft, out.logits, sampling, rng, stats.rules)
+            verdict = verify_draft(draft, out.logits, sampling, streams.after(len(context) - len(prompt)), stats.rules)
             forced, gap = held, None
             if margin and len(draft):
                 verdict, gap = guard(verdict, out.logits, margin)

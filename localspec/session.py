@@ -27,6 +27,23 @@ def drafter_summaries() -> list[tuple[str, str]]:
     return [(kind.name, kind.summary) for kind in DRAFTERS.values()]
 
 
+@dataclass(frozen=True)
+class Request:
+    """One request's own generation settings; None (or empty) leaves the session's."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    stop: tuple[str, ...] = ()  # in addition to the session's
+    seed: int | None = None  # a seed of its own: the same request and seed give the same answer
+
+    @property
+    def sampling(self) -> dict:
+        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "min_p": self.min_p}
+
+
 @dataclass
 class Runner:
     """A drafter with a speculation-length policy of its own, run on the session's model outside the chat:
@@ -128,23 +145,51 @@ class Session:
         """Stream the assistant's answer to the conversation's last user message. The caller adds the
         answer to the conversation (so an interrupted answer can be kept, too)."""
         prompt = conversation.prompt_tokens(self.backend, reserve=self.max_tokens)
+        return self.complete(prompt, Request(), on_prefill)
+
+    def complete(self, prompt: list[int], request: Request, on_prefill: Progress = None) -> Iterator[TokenEvent]:
+        """Stream the continuation of ``prompt`` with the request's settings over the session's (the server's
+        requests; a chat turn is a request with none of its own)."""
+        sampling = replace(
+            self.sampling,
+            **{k: v for k, v in request.sampling.items() if v is not None},
+        )
+        rng = self.rng if request.seed is None else np.random.default_rng(request.seed)
+        return self._stream(prompt, sampling, request.max_tokens or self.max_tokens, request.stop, rng, on_prefill)
+
+    def _stream(self, prompt, sampling, max_tokens, stop, rng, on_prefill) -> Iterator[TokenEvent]:
+        self.sampling, kept = sampling, self.sampling
         self._follow_kernels()
         try:
             yield from stream_generate(
                 self.backend,
                 self.drafter,
                 prompt,
-                self.sampling,
-                max_tokens=self.max_tokens,
+                sampling,
+                max_tokens=max_tokens,
                 draft_tokens=self.speclen,
-                stop=self.stop,
-                rng=self.rng,
+                stop=self.stop + tuple(stop),
+                rng=rng,
                 on_prefill=on_prefill,
                 plain=self.plain,
                 exact_guard=self.exact_guard,
             )
         finally:  # what this turn measured is there for the next start, even after Ctrl-C
+            self.sampling = kept
             self.save_costs()
+
+    def chat_prompt(self, messages: list[dict]) -> list[int]:
+        """The prompt of an API request's messages, as they are (no message left out)."""
+        return self.backend.chat_tokens(messages)
+
+    def text_prompt(self, text: str) -> list[int]:
+        tokens = self.backend.tokenize(text)
+        bos = self.backend.bos_token
+        return [bos, *tokens] if self.backend.add_bos and bos is not None and tokens[:1] != [bos] else tokens
+
+    @property
+    def context_size(self) -> int:
+        return self.backend.n_ctx
 
     def save_costs(self) -> None:
         if self.costs is not None:

@@ -6,15 +6,20 @@ norm(max(0, p - q)); when every draft token is accepted a bonus token is drawn f
 The emitted tokens are then distributed exactly as the target's own samples.
 
 A draft without q (n-gram, suffix) is a point mass: q(x) = 1, so x is accepted with probability p(x) and
-the residual is p with x removed. Greedy decoding is temperature 0 of the same code: p is a point mass on
-the argmax, so a draft token is accepted iff it is the argmax, and the residual is the argmax.
+the residual is p with x removed. That is what drawing the target's own token y ~ p and accepting x iff
+y = x gives: P(accept) = p(x), and a rejected x leaves y distributed as p without x. So point-mass drafts
+are verified that way, with the draw for the answer's t-th token taken from stream t (sampling.Streams):
+the answer is then the target's own sample for the seed, whatever was drafted. (For drafts with q,
+exact matching would accept only sum p*q instead of sum min(p, q): those keep the min(1, p/q) rule.)
+Greedy decoding is temperature 0 of the same code: p is a point mass on the argmax, so a draft token is
+accepted iff it is the argmax, and the residual is the argmax.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from localspec.sampling import SamplingParams, sample
+from localspec.sampling import SamplingParams, Streams, sample
 from localspec.types import Draft, Verdict
 
 
@@ -22,7 +27,7 @@ def verify_draft(
     draft: Draft,
     target_logits: np.ndarray,
     sampler: SamplingParams,
-    rng: np.random.Generator,
+    rng: np.random.Generator | Streams,
     rules: list | None = None,
 ) -> Verdict:
     """``target_logits`` has len(draft) + 1 rows: row 0 is the target's prediction after the pending token,
@@ -38,7 +43,9 @@ def verify_draft(
 
     ``rules``, when given and the draft has q, collects per examined position the acceptance probability
     of this rule, sum min(p, q), next to that of exact matching (draw from q, draw from p, accept if
-    equal), sum p * q: the two rules compared on the same drafts."""
+    equal), sum p * q: the two rules compared on the same drafts.
+
+    ``rng``: one generator for every draw, or ``Streams`` giving each depth of the walk its own."""
     if target_logits.shape[0] != len(draft) + 1:
         raise ValueError(f"need {len(draft) + 1} rows of target logits, got {target_logits.shape[0]}")
     children: dict[int, list[int]] = {}
@@ -49,21 +56,43 @@ def verify_draft(
     node = -1
     while True:
         ids, p = sampler.distribution(target_logits[node + 1])
-        for child in children.get(node, ()):
-            x = draft.tokens[child]
-            p_x = float(p[ids == x].sum())
-            q_x = 1.0 if draft.q is None else float(draft.q[child, x])
-            if rules is not None and draft.q is not None:
-                q = draft.q[child, ids]
-                rules.append((float(np.minimum(p, q).sum()), float((p * q).sum())))
-            if rng.random() * q_x < p_x:  # u < p(x)/q(x), written without a division
-                accepted.append(x)
-                path.append(child)
-                node = child
-                break
-            p = _residual(ids, p, None if draft.q is None else draft.q[child, ids], x)
-        else:  # no child, or every child rejected
-            return Verdict(len(draft), len(accepted), (*accepted, sample(p, rng, ids)), tuple(path))
+        draws = rng.at(len(accepted)) if isinstance(rng, Streams) else rng
+        kids = children.get(node, ())
+        child = (
+            _point_mass(draft, kids, ids, p, draws) if draft.q is None else _with_q(draft, kids, ids, p, draws, rules)
+        )
+        if isinstance(child, int):
+            accepted.append(draft.tokens[child])
+            path.append(child)
+            node = child
+            continue
+        token = child[1]  # no child accepted: the target's token
+        return Verdict(len(draft), len(accepted), (*accepted, token), tuple(path))
+
+
+def _point_mass(draft: Draft, kids, ids: np.ndarray, p: np.ndarray, draws) -> int | tuple[None, int]:
+    """The child equal to the target's own draw y ~ p, or (None, y)."""
+    y = sample(p, draws, ids)
+    for child in kids:
+        if draft.tokens[child] == y:
+            return child
+    return None, y
+
+
+def _with_q(draft: Draft, kids, ids: np.ndarray, p: np.ndarray, draws, rules) -> int | tuple[None, int]:
+    """Children tried in order with min(1, p(x)/q(x)), p turning into the residual after each rejection;
+    the accepted child, or (None, a token drawn from what is left of p)."""
+    for child in kids:
+        x = draft.tokens[child]
+        p_x = float(p[ids == x].sum())
+        q_x = float(draft.q[child, x])
+        if rules is not None:
+            q = draft.q[child, ids]
+            rules.append((float(np.minimum(p, q).sum()), float((p * q).sum())))
+        if draws.random() * q_x < p_x:  # u < p(x)/q(x), written without a division
+            return child
+        p = _residual(ids, p, draft.q[child, ids], x)
+    return None, sample(p, draws, ids)
 
 
 def _residual(ids: np.ndarray, p: np.ndarray, q: np.ndarray | None, x: int) -> np.ndarray:

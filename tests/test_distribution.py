@@ -110,10 +110,18 @@ def test_the_chi_square_check_catches_a_biased_sampler():
 
 
 def test_the_chi_square_check_catches_siblings_tried_against_the_full_p(monkeypatch):
-    """Without removing a rejected sibling from p, later siblings and the final draw are biased."""
+    """Trying every sibling against the full p (a fresh draw each, instead of one draw of the target's token
+    that at most one sibling can match) over-accepts siblings: the check sees it."""
     import localspec.verify as verify
+    from localspec.sampling import sample
 
-    monkeypatch.setattr(verify, "_residual", lambda ids, p, q, x: p)
+    def tried_against_the_full_p(draft, kids, ids, p, draws):
+        for child in kids:
+            if sample(p, draws, ids) == draft.tokens[child]:
+                return child
+        return None, sample(p, draws, ids)
+
+    monkeypatch.setattr(verify, "_point_mass", tried_against_the_full_p)
     backend = ScriptedTreeBackend(vocab_size=V, scale=1.5, seed=3)
     drafter = lambda: TreeDrafter(ScriptedBackend(vocab_size=V, scale=1.5, seed=4), shape=(3, 2))  # noqa: E731
     counts, _ = sample_answers(backend, drafter, SETTINGS[0], seed=11)

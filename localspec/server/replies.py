@@ -1,0 +1,76 @@
+"""OpenAI response objects, with each answer's speculation figures: llama-server's `timings` and vLLM-style
+per-request counts (`speculation`)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+FINISH = {"stop": "stop", "length": "length", "context": "length", "cancelled": "stop"}
+
+
+def new_id(kind: str) -> str:
+    return f"{kind}-{secrets.token_hex(12)}"
+
+
+def usage(record: dict) -> dict:
+    prompt, generated = record.get("prompt_tokens", 0), record.get("generated_tokens", 0)
+    return {"prompt_tokens": prompt, "completion_tokens": generated, "total_tokens": prompt + generated}
+
+
+def timings(record: dict) -> dict:
+    """llama-server's names: prompt = the tokens prefilled this request, predicted = the answer's."""
+    prefill_s, decode_s = record.get("prefill_s", 0.0), record.get("decode_s", 0.0)
+    return {
+        "prompt_n": record.get("prefill_tokens", 0),
+        "prompt_ms": round(prefill_s * 1e3, 3),
+        "prompt_per_second": record.get("prefill_tok_s", 0.0),
+        "predicted_n": record.get("generated_tokens", 0),
+        "predicted_ms": round(decode_s * 1e3, 3),
+        "predicted_per_second": record.get("decode_tok_s", 0.0),
+        "draft_n": record.get("drafted", 0),
+        "draft_n_accepted": record.get("accepted", 0),
+    }
+
+
+def speculation(record: dict) -> dict:
+    """vLLM's per-request counts, plus the drafter and the in-session speedup the chat shows."""
+    return {
+        "drafter": record.get("drafter_name"),
+        "num_spec_steps": record.get("steps", 0),  # target forward passes while decoding
+        "num_draft_tokens": record.get("drafted", 0),
+        "num_accepted_draft_tokens": record.get("accepted", 0),
+        "mean_acceptance_length": record.get("mean_accepted_length", 0.0),
+        "acceptance_rate": record.get("acceptance_rate"),
+        "acceptance_by_position": record.get("acceptance_by_position", []),
+        "speedup_in_session": record.get("speedup"),
+    }
+
+
+def figures(record: dict) -> dict:
+    return {"usage": usage(record), "timings": timings(record), "speculation": speculation(record)}
+
+
+def chat_reply(rid: str, model: str, text: str, finish: str, record: dict) -> dict:
+    message = {"role": "assistant", "content": text}
+    choice = {"index": 0, "message": message, "finish_reason": FINISH.get(finish, finish), "logprobs": None}
+    return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [choice], **figures(record)}  # fmt: skip
+
+
+def completion_reply(rid: str, model: str, text: str, finish: str, record: dict) -> dict:
+    choice = {"index": 0, "text": text, "finish_reason": FINISH.get(finish, finish), "logprobs": None}
+    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
+            "choices": [choice], **figures(record)}  # fmt: skip
+
+
+def chunk(rid: str, model: str, chat: bool, text: str | None = None, finish: str | None = None, first=False) -> dict:
+    """One streamed chunk: a content delta (the first also says the role), or the finish reason."""
+    if chat:
+        delta = {"role": "assistant", "content": text or ""} if first else ({"content": text} if text else {})
+        choice = {"index": 0, "delta": delta, "finish_reason": FINISH.get(finish, finish), "logprobs": None}
+        kind = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": text or "", "finish_reason": FINISH.get(finish, finish), "logprobs": None}
+        kind = "text_completion"
+    return {"id": rid, "object": kind, "created": int(time.time()), "model": model, "choices": [choice]}

@@ -1,0 +1,46 @@
+"""`localspec serve`: load the model on the engine thread, then serve the API with uvicorn until Ctrl-C or
+SIGTERM (then what waits or runs is cancelled, and the session closes, saving its caches)."""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+
+from localspec.errors import ConfigError
+from localspec.server.app import Server, create_app
+from localspec.server.metrics import Metrics
+from localspec.server.worker import QUEUE_LIMIT, Worker
+from localspec.session import Session
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def build(open_session, model: str, api_key: str | None, loopback: bool, cors: bool, queue_limit: int = QUEUE_LIMIT):
+    """The engine thread (started: the model is loaded) and the ASGI app over it."""
+    worker = Worker(open_session, Metrics(), queue_limit)
+    worker.start()
+    return worker, create_app(Server(worker, model, api_key, loopback), cors)
+
+
+def serve(settings, host: str, port: int, api_key: str | None, cors: bool, say=print) -> int:
+    import uvicorn
+
+    loopback = is_loopback(host)
+    if not loopback and not api_key:
+        raise ConfigError(f"--host {host} serves other machines: give --api-key KEY (clients send it as Bearer)")
+    worker, app = build(lambda: Session.open(settings), settings.model, api_key, loopback, cors)
+    say(f"localspec serve — {worker.session.load_report()}", file=sys.stderr)
+    say(f"OpenAI-compatible API on http://{host}:{port}/v1 (model {settings.model!r})", file=sys.stderr)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        worker.stop()
+    return 0

@@ -29,7 +29,7 @@ def _drafter_flags(parser: argparse.ArgumentParser) -> None:
             default = (
                 "" if info.default is None else f" ({info.default:g})" if info.kind is float else f" ({info.default})"
             )
-            metavar = "N" if info.kind is int else "X" if info.kind is float else None
+            metavar = "N" if info.kind is int else "X" if info.kind is float else info.name.upper()
             g.add_argument(info.flag, dest=info.dest, type=info.kind, metavar=metavar, help=info.help + default)
 
 

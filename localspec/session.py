@@ -110,9 +110,10 @@ class Session:
         session.speclen = session.new_policy(settings.draft_tokens)
         return session
 
-    def invariant_now(self) -> bool:
-        """Whether this turn runs batch-invariant kernels (greedy, guarded, and the backend has them)."""
-        return exact_mode(self.backend, self.sampling, self.exact_guard)[0]
+    def invariant_now(self, sampling: SamplingParams | None = None) -> bool:
+        """Whether a turn with ``sampling`` (default: the session's) runs batch-invariant kernels (greedy,
+        guarded, and the backend has them)."""
+        return exact_mode(self.backend, sampling or self.sampling, self.exact_guard)[0]
 
     def cost_cache(self, invariant: bool) -> CostCache:
         """The verify-cost curve on disk for the backend and the kernels in use: batch-invariant windows
@@ -122,9 +123,9 @@ class Session:
             key += "|batch-invariant kernels"
         return CostCache(key)
 
-    def _follow_kernels(self) -> None:
+    def _follow_kernels(self, sampling: SamplingParams) -> None:
         """A temperature change can switch the kernels: the controller then plans on their cost curve."""
-        invariant = self.invariant_now()
+        invariant = self.invariant_now(sampling)
         if invariant == self.kernels_invariant:
             return
         self.save_costs()
@@ -158,8 +159,7 @@ class Session:
         return self._stream(prompt, sampling, request.max_tokens or self.max_tokens, request.stop, rng, on_prefill)
 
     def _stream(self, prompt, sampling, max_tokens, stop, rng, on_prefill) -> Iterator[TokenEvent]:
-        self.sampling, kept = sampling, self.sampling
-        self._follow_kernels()
+        self._follow_kernels(sampling)
         try:
             yield from stream_generate(
                 self.backend,
@@ -175,7 +175,6 @@ class Session:
                 exact_guard=self.exact_guard,
             )
         finally:  # what this turn measured is there for the next start, even after Ctrl-C
-            self.sampling = kept
             self.save_costs()
 
     def chat_prompt(self, messages: list[dict]) -> list[int]:
@@ -183,9 +182,7 @@ class Session:
         return self.backend.chat_tokens(messages)
 
     def text_prompt(self, text: str) -> list[int]:
-        tokens = self.backend.tokenize(text)
-        bos = self.backend.bos_token
-        return [bos, *tokens] if self.backend.add_bos and bos is not None and tokens[:1] != [bos] else tokens
+        return self.backend.with_bos(self.backend.tokenize(text))
 
     @property
     def context_size(self) -> int:

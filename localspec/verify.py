@@ -58,30 +58,29 @@ def verify_draft(
         ids, p = sampler.distribution(target_logits[node + 1])
         draws = rng.at(len(accepted)) if isinstance(rng, Streams) else rng
         kids = children.get(node, ())
-        child = (
-            _point_mass(draft, kids, ids, p, draws) if draft.q is None else _with_q(draft, kids, ids, p, draws, rules)
-        )
-        if isinstance(child, int):
-            accepted.append(draft.tokens[child])
-            path.append(child)
-            node = child
-            continue
-        token = child[1]  # no child accepted: the target's token
-        return Verdict(len(draft), len(accepted), (*accepted, token), tuple(path))
+        if draft.q is None:
+            child, token = _point_mass(draft, kids, ids, p, draws)
+        else:
+            child, token = _with_q(draft, kids, ids, p, draws, rules)
+        if child is None:  # no child accepted: ``token`` is the target's
+            return Verdict(len(draft), len(accepted), (*accepted, token), tuple(path))
+        accepted.append(draft.tokens[child])
+        path.append(child)
+        node = child
 
 
-def _point_mass(draft: Draft, kids, ids: np.ndarray, p: np.ndarray, draws) -> int | tuple[None, int]:
-    """The child equal to the target's own draw y ~ p, or (None, y)."""
+def _point_mass(draft: Draft, kids, ids: np.ndarray, p: np.ndarray, draws) -> tuple[int | None, int | None]:
+    """(the child equal to the target's own draw y ~ p, None), or (None, y)."""
     y = sample(p, draws, ids)
     for child in kids:
         if draft.tokens[child] == y:
-            return child
+            return child, None
     return None, y
 
 
-def _with_q(draft: Draft, kids, ids: np.ndarray, p: np.ndarray, draws, rules) -> int | tuple[None, int]:
-    """Children tried in order with min(1, p(x)/q(x)), p turning into the residual after each rejection;
-    the accepted child, or (None, a token drawn from what is left of p)."""
+def _with_q(draft: Draft, kids, ids: np.ndarray, p: np.ndarray, draws, rules) -> tuple[int | None, int | None]:
+    """Children tried in order with min(1, p(x)/q(x)), p turning into the residual after each rejection:
+    (the accepted child, None), or (None, a token drawn from what is left of p)."""
     for child in kids:
         x = draft.tokens[child]
         p_x = float(p[ids == x].sum())
@@ -90,7 +89,7 @@ def _with_q(draft: Draft, kids, ids: np.ndarray, p: np.ndarray, draws, rules) ->
             q = draft.q[child, ids]
             rules.append((float(np.minimum(p, q).sum()), float((p * q).sum())))
         if draws.random() * q_x < p_x:  # u < p(x)/q(x), written without a division
-            return child
+            return child, None
         p = _residual(ids, p, draft.q[child, ids], x)
     return None, sample(p, draws, ids)
 

@@ -87,9 +87,12 @@ class Backend:
         text = render_chat(
             self.chat_template, messages, add_generation_prompt=add_generation_prompt, bos_token=bos, eos_token=eos
         )
-        tokens = self.tokenize(text, special=True)
+        return self.with_bos(self.tokenize(text, special=True))
+
+    def with_bos(self, tokens: list[int]) -> list[int]:
+        """``tokens`` led by the BOS token, when the model wants one and they lack it."""
         if self.add_bos and self.bos_token is not None and tokens[:1] != [self.bos_token]:
-            tokens.insert(0, self.bos_token)
+            return [self.bos_token, *tokens]
         return tokens
 
     # -- cache ----------------------------------------------------------------------------------------

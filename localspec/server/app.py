@@ -28,7 +28,7 @@ from localspec.server import replies
 from localspec.server.errors import ApiError, bad_request
 from localspec.server.requests import Generation, parse_chat, parse_completion
 from localspec.server.worker import Busy, Job, Piece, Worker
-from localspec.session import Request, Session
+from localspec.session import Session
 
 BODY_LIMIT = 8 * 2**20
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
@@ -155,12 +155,8 @@ def _events(session: Session, gen: Generation):
             "messages",
             "context_length_exceeded",
         )
-    request = gen.request if asked is not None else _with_max_tokens(gen.request, room)
+    request = gen.request if asked is not None else replace(gen.request, max_tokens=room)
     return session.complete(prompt, request)
-
-
-def _with_max_tokens(request: Request, tokens: int) -> Request:
-    return replace(request, max_tokens=tokens)
 
 
 async def _next(request: HttpRequest, job: Job) -> Piece | None:

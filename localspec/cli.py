@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from localspec import __version__
-from localspec.config import DEFAULT_DRAFTER, MAX_TOKENS
+from localspec.config import CACHE_RAM_MIB, DEFAULT_DRAFTER, MAX_TOKENS
 from localspec.drafters.table import DRAFTERS
 from localspec.errors import LocalspecError
 from localspec.sampling import SamplingParams
@@ -214,6 +214,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8088, help="port (8088)")
     serve.add_argument("--api-key", help="require Authorization: Bearer KEY (needed off loopback)")
     serve.add_argument("--cors", action="store_true", help="send CORS headers (browsers on other origins)")
+    serve.add_argument(
+        "--cache-ram",
+        type=int,
+        default=CACHE_RAM_MIB,
+        metavar="MIB",
+        help=f"RAM for saved conversation states, so that clients taking turns prefill only new tokens "
+        f"({CACHE_RAM_MIB}; 0: keep only the live one)",
+    )
+    serve.add_argument(
+        "--no-persist", action="store_true", help="keep served content off disk (the suffix cache is read, not written)"
+    )
 
     chat = sub.add_parser("chat", parents=[common], help="multi-turn chat")
     chat.add_argument("--plain", action="store_true", help="line-based chat (also used when not on a terminal)")

@@ -266,7 +266,7 @@ def bench_command(args) -> int:
         report["peer"]["version"] = server_version(binary)
     print(format_tables(report))
     if args.json_out:
-        atomic_write(Path(args.json_out), json.dumps(report, indent=1).encode())
+        atomic_write(Path(args.json_out), json.dumps(report, indent=1).encode(), mode=0o644)  # a result to share
     if args.plot:
         plot(report, args.plot)
     return 0
@@ -346,6 +346,11 @@ def _shown(value) -> object:
 
 
 def serve_command(args) -> int:
+    from dataclasses import replace
+
     from localspec.server.run import serve
 
-    return serve(settings_from_args(args), args.host, args.port, args.api_key, args.cors)
+    settings = settings_from_args(args)
+    if args.no_persist:
+        settings = replace(settings, drafters=settings.drafters.with_options("suffix", persist=False))
+    return serve(settings, args.host, args.port, args.api_key, args.cors, args.cache_ram * 2**20)

@@ -21,6 +21,7 @@ from localspec.sampling import SamplingParams
 
 DEFAULT_DRAFTER = "suffix"  # when models.toml recommends none for the model
 MAX_TOKENS = 512  # most tokens in one answer
+CACHE_RAM_MIB = 4096  # `serve --cache-ram`: RAM for saved conversation states (llama-server defaults to 8192)
 DRAFT_TOKENS = "auto"
 
 

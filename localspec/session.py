@@ -17,6 +17,7 @@ from localspec.drafters.base import Drafter
 from localspec.drafters.table import DRAFTERS, DrafterSetup
 from localspec.engine import stream_generate
 from localspec.exact_guard import exact_mode
+from localspec.prompt_states import PromptStates
 from localspec.sampling import SamplingParams
 from localspec.speclen import AdaptiveK, FixedK, make_policy
 from localspec.types import TokenEvent
@@ -72,6 +73,7 @@ class Session:
     exact_guard: float | None = None  # the near-tie margin at temperature 0 (None: no guard)
     exact_guard_source: str = ""  # 'calibrated' or 'default'
     kernels_invariant: bool = False  # the kernels the cost curve in `costs` was measured with
+    states: PromptStates | None = None  # conversation states kept in RAM (the server's), else one live cache
 
     @classmethod
     def open(cls, settings: Settings, on_load=None) -> Session:
@@ -158,8 +160,16 @@ class Session:
         rng = self.rng if request.seed is None else np.random.default_rng(request.seed)
         return self._stream(prompt, sampling, request.max_tokens or self.max_tokens, request.stop, rng, on_prefill)
 
+    def keep_states(self, budget_bytes: int) -> Session:
+        """Keep conversation states in RAM up to ``budget_bytes`` (where the backend can save its cache)."""
+        if budget_bytes > 0 and self.backend.capabilities.snapshots:
+            self.states = PromptStates(self.backend, budget_bytes)
+        return self
+
     def _stream(self, prompt, sampling, max_tokens, stop, rng, on_prefill) -> Iterator[TokenEvent]:
         self._follow_kernels(sampling)
+        if self.states is not None:
+            self.states.prepare(prompt)
         try:
             yield from stream_generate(
                 self.backend,

@@ -15,7 +15,8 @@ from localspec.config import settings_from_args
 from localspec.drafters.ngram import NgramDrafter
 from localspec.sampling import SamplingParams
 from localspec.server.run import build, is_loopback
-from localspec.session import Session
+from localspec.session import Request, Session
+from localspec.types import common_prefix
 
 uvicorn = pytest.importorskip("uvicorn")
 
@@ -53,7 +54,8 @@ def smollm(tmp_path_factory):
     settings = type(settings)(
         **{**settings.__dict__, "drafters": settings.drafters.with_options("suffix", cache_dir=str(cache))}
     )
-    worker, running = serve(lambda: Session.open(settings), settings.model)
+    worker, running = serve(lambda: Session.open(settings).keep_states(256 * 2**20), settings.model)
+    running.settings = settings
     yield running
     running.stop()
     worker.stop()
@@ -147,6 +149,40 @@ def test_a_client_that_leaves_mid_stream_stops_it_and_the_next_answer_is_right(s
     metrics = httpx.get(smollm.url + "/metrics").text
     generated = [line for line in metrics.splitlines() if line.startswith("localspec_generation_tokens_total")]
     assert generated  # the server is alive and counting
+
+
+PROSE = (
+    "The harbour town wakes early. Fishing boats leave before dawn, gulls follow them out past the breakwater, "
+    "and the bakery on the corner sells its first loaves to the crews. By noon the market is full of voices. "
+)
+
+
+def conversation(topic: str, turns: int) -> list[dict]:
+    messages = [{"role": "system", "content": f"You are a guide to {topic}. " + PROSE * 2}]
+    for i in range(turns):
+        messages += [
+            {"role": "user", "content": f"Question {i} about {topic}?"},
+            {"role": "assistant", "content": "Yes."},
+        ]
+    return messages + [{"role": "user", "content": f"One more fact about {topic}, please."}]
+
+
+@pytest.mark.model
+def test_four_conversations_taking_turns_prefill_only_their_new_tokens(smollm):
+    client = smollm.client()
+    topics = ["lighthouses", "volcanoes", "glaciers", "deserts"]
+    firsts = [ask(client, messages=conversation(t, 1), max_tokens=8) for t in topics]  # A, B, C, D
+    assert all(f.model_extra["timings"]["prompt_n"] > 100 for f in firsts[1:])  # they share little
+    seconds = [ask(client, messages=conversation(t, 2), max_tokens=8) for t in topics]  # A, B, C, D again
+    with Session.open(smollm.settings) as fresh:
+        for topic, again in zip(topics, seconds, strict=True):
+            p1, p2 = fresh.chat_prompt(conversation(topic, 1)), fresh.chat_prompt(conversation(topic, 2))
+            # only what follows the part of the prompt its first request shares (the last prompt token is the
+            # first step's)
+            assert again.model_extra["timings"]["prompt_n"] == len(p2) - 1 - common_prefix(p1, p2) < len(p2) // 3
+        # and the answer is the one a fresh start gives
+        text = "".join(e.text for e in fresh.complete(p2, Request(max_tokens=8)))
+        assert seconds[-1].choices[0].message.content == text
 
 
 # -- the scripted model: auth, hosts, queueing -------------------------------------------------------------------

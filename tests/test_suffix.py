@@ -4,6 +4,7 @@ import inspect
 import json
 import multiprocessing
 import textwrap
+import zlib
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from fakes import ScriptedBackend
 from localspec.drafters.base import match_confidence
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.suffix import SuffixDrafter, SuffixOptions
-from localspec.drafters.suffix_store import AnswerStore
+from localspec.drafters.suffix_store import MAGIC, AnswerStore
 from localspec.drafters.suffix_tree import SuffixTree
 from localspec.drafters.table import DrafterSetup
 from localspec.errors import ConfigError
@@ -225,6 +226,79 @@ def test_corrupt_file_is_set_aside_and_the_cache_starts_empty(tmp_path, damage, 
     again.add([7, 8])
     again.save()
     assert [a.tolist() for a in AnswerStore(path, "tok").answers.values()] == [[7, 8]]
+
+
+def test_a_damaged_end_keeps_the_answers_before_it(tmp_path, capsys):
+    path = tmp_path / "a.bin"
+    store = AnswerStore(path, "tok")
+    for i in range(3):
+        store.add([i] * 5)
+        store.save()
+    path.write_bytes(path.read_bytes()[:-3])  # a torn last record
+    again = AnswerStore(path, "tok")
+    assert [a.tolist() for a in again.answers.values()] == [[0] * 5, [1] * 5]
+    assert "damaged" in capsys.readouterr().err and (tmp_path / "a.corrupt").exists()
+    again.add([9])
+    again.save()  # rewritten whole: the torn bytes are gone
+    assert [a.tolist() for a in AnswerStore(path, "tok").answers.values()] == [[0] * 5, [1] * 5, [9]]
+
+
+def test_saving_an_answer_appends_it(tmp_path):
+    path = tmp_path / "a.bin"
+    store = AnswerStore(path, "tok")
+    store.add([1, 2, 3])
+    store.save()
+    inode, size = path.stat().st_ino, path.stat().st_size
+    store.add(list(range(100)))
+    store.save()
+    assert path.stat().st_ino == inode and path.stat().st_size == size + 16 + 400  # one record, no rewrite
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert [len(a) for a in AnswerStore(path, "tok").answers.values()] == [3, 100]
+
+
+def test_an_append_after_another_chats_rewrite_loses_nothing(tmp_path):
+    path = tmp_path / "a.bin"
+    a, b = AnswerStore(path, "tok", max_tokens=100), AnswerStore(path, "tok", max_tokens=100)
+    a.add([1] * 10)
+    a.save()
+    for i in range(12):  # b evicts, so it rewrites the file
+        b.add([100 + i] * 10)
+        b.save()
+    a.add([2] * 10)
+    a.save()
+    kept = [int(x[0]) for x in AnswerStore(path, "tok", max_tokens=100).answers.values()]
+    assert kept[-1] == 2 and 111 in kept and len(kept) <= 10
+
+
+def test_a_version_1_file_is_read_and_written_back_as_version_2(tmp_path):
+    body = np.array([5, 6, 7, 8], dtype="<i4").tobytes()
+    header = {
+        "version": 1,
+        "tokenizer": "tok",
+        "crc32": zlib.crc32(body),
+        "answers": [["00aa" * 4, 3], ["00bb" * 4, 1]],
+    }
+    path = tmp_path / "a.bin"
+    path.write_bytes(MAGIC + json.dumps(header).encode() + b"\n" + body)
+    store = AnswerStore(path, "tok")
+    assert [a.tolist() for a in store.answers.values()] == [[5, 6, 7], [8]]
+    store.add([9])
+    store.save()
+    assert b'"version": 2' in path.read_bytes()[:80]
+    assert [a.tolist() for a in AnswerStore(path, "tok").answers.values()] == [[5, 6, 7], [8], [9]]
+
+
+def test_a_store_that_does_not_persist_reads_but_never_writes(tmp_path):
+    path = tmp_path / "a.bin"
+    store = AnswerStore(path, "tok")
+    store.add([1, 2])
+    store.save()
+    before = path.read_bytes()
+    quiet = AnswerStore(path, "tok", persist=False)
+    assert [a.tolist() for a in quiet.answers.values()] == [[1, 2]]
+    quiet.add([3, 4])
+    quiet.save()
+    assert path.read_bytes() == before
 
 
 def test_caches_are_keyed_by_tokenizer(tmp_path):

@@ -27,6 +27,7 @@ class Capabilities:
     tree_attention: bool = False  # forward_tree and accept_path
     feature_layers: bool = False  # set_feature_layers picks the layers whose hidden states come back
     batch_invariant: bool = False  # set_batch_invariant(True) makes a window's rows equal 1-token steps' bit for bit
+    snapshots: bool = False  # save_state / load_state copy the cache out and back (the server's conversation states)
 
 
 class Backend:
@@ -141,6 +142,15 @@ class Backend:
 
     def set_batch_invariant(self, on: bool) -> None:
         """Compute verify windows exactly as 1-token steps from now on (backends with that capability)."""
+
+    def save_state(self) -> bytes:
+        """The cache's contents for ``cached_tokens``, to be put back by ``load_state`` (backends with
+        snapshots)."""
+        raise NotImplementedError(f"the {self.name} backend cannot save its cache (save_state)")
+
+    def load_state(self, tokens: Sequence[int], state: bytes) -> None:
+        """Replace the cache by a ``save_state`` of ``tokens`` (backends with snapshots)."""
+        raise NotImplementedError(f"the {self.name} backend cannot load a saved cache (load_state)")
 
     # -- resources ------------------------------------------------------------------------------------
     def build_id(self) -> str:

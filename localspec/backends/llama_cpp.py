@@ -87,7 +87,7 @@ def avoid_amx_buffers(cpu_flags: str | None = None, system_info: str | None = No
 
 class LlamaCppBackend(Backend):
     name = "llama.cpp"
-    capabilities = Capabilities(can_truncate=True, hidden_states=False, tree_attention=False)
+    capabilities = Capabilities(can_truncate=True, hidden_states=False, tree_attention=False, snapshots=True)
 
     def __init__(
         self,
@@ -236,6 +236,22 @@ class LlamaCppBackend(Backend):
         # the bookkeeping after it must not leave stray cells in the cache.
         self._lib.llama_memory_seq_rm(self._mem, 0, keep, -1)
         del self._tokens[keep:]
+
+    def save_state(self):
+        """A ctypes byte array (bytes-like; copied once, out of llama.cpp)."""
+        lib = self._lib
+        size = lib.llama_state_seq_get_size(self._ctx, 0)
+        buffer = (ctypes.c_uint8 * size)()
+        written = lib.llama_state_seq_get_data(self._ctx, buffer, size, 0)
+        return buffer if written == size else (ctypes.c_uint8 * written).from_buffer_copy(buffer)
+
+    def load_state(self, tokens: Sequence[int], state) -> None:
+        self.truncate(0)
+        buffer = state if isinstance(state, ctypes.Array) else (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if self._lib.llama_state_seq_set_data(self._ctx, buffer, len(state), 0) == 0:
+            self.truncate(0)
+            raise ModelError("llama.cpp could not load a saved conversation state; it is prefilled again")
+        self._tokens[:] = [int(t) for t in tokens]
 
     def prefill(self, tokens: Sequence[int], progress: Progress = None) -> None:
         done = 0

@@ -22,6 +22,8 @@ from localspec.errors import ConfigError
 from localspec.options import option
 from localspec.types import EMPTY_DRAFT, Draft, Features, Verdict
 
+REBUILD_AT = 1.5  # the global tree is rebuilt without the evicted answers past this x the store's bound
+
 
 @dataclass(frozen=True)
 class SuffixOptions:
@@ -42,6 +44,8 @@ class SuffixOptions:
     cache_tokens: int = option(200_000, "bound of the cache of past answers on disk (0 turns it off)")
     # where that cache lives (None: localspec's data folder); `localspec bench` gives each method its own
     cache_dir: str | None = option(None, "folder of the cache of past answers", flag=None, toml=False, kind=str)
+    # False: answers feed the tree in memory, never the file (`serve --no-persist`)
+    persist: bool = option(True, "save answers to the cache of past answers", flag=None, toml=False)
 
     def __post_init__(self) -> None:
         if self.max_depth < 4:
@@ -59,7 +63,7 @@ def build(target, options: SuffixOptions, context) -> SuffixDrafter:
     store = None
     if target is not None and options.cache_tokens > 0:
         directory = Path(options.cache_dir) if options.cache_dir else None
-        store = AnswerStore.for_tokenizer(target.tokenizer_key(), options.cache_tokens, directory)
+        store = AnswerStore.for_tokenizer(target.tokenizer_key(), options.cache_tokens, directory, options.persist)
     return SuffixDrafter(options, store)
 
 
@@ -80,9 +84,11 @@ class SuffixDrafter(Drafter):
         if self.global_tree is not None:
             self.global_tree.close()
         self.global_tree = SuffixTree(self.params.max_depth)
+        self._tree_tokens = 0
         if self.store is not None:
             for tokens in self.store.answers.values():
                 self.global_tree.add_sequence(tokens.tolist())
+                self._tree_tokens += len(tokens)
 
     def _reset_figures(self) -> None:
         self._steps = self._match_sum = 0
@@ -127,10 +133,12 @@ class SuffixDrafter(Drafter):
         """The answer joins the global tree (and the cache on disk)."""
         if self.store is None or not self._answer:
             return
-        if self.store.add(self._answer):
-            self._rebuild_global()  # older answers were evicted
-        else:
+        self.store.add(self._answer)
+        if self._tree_tokens + len(self._answer) > REBUILD_AT * self.store.max_tokens:
+            self._rebuild_global()  # drop the answers the store evicted (~0.25 s for 200k tokens)
+        else:  # evicted answers may stay in the tree a while: their drafts are verified like any other
             self.global_tree.add_sequence(self._answer)
+            self._tree_tokens += len(self._answer)
         try:
             self.store.save()
         except OSError as exc:  # a full or read-only disk must not end the chat

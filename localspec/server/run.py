@@ -29,13 +29,13 @@ def build(open_session, model: str, api_key: str | None, loopback: bool, cors: b
     return worker, create_app(Server(worker, model, api_key, loopback), cors)
 
 
-def serve(settings, host: str, port: int, api_key: str | None, cors: bool, say=print) -> int:
+def serve(settings, host: str, port: int, api_key: str | None, cors: bool, cache_ram: int, say=print) -> int:
     import uvicorn
 
     loopback = is_loopback(host)
     if not loopback and not api_key:
         raise ConfigError(f"--host {host} serves other machines: give --api-key KEY (clients send it as Bearer)")
-    worker, app = build(lambda: Session.open(settings), settings.model, api_key, loopback, cors)
+    worker, app = build(lambda: Session.open(settings).keep_states(cache_ram), settings.model, api_key, loopback, cors)
     say(f"localspec serve — {worker.session.load_report()}", file=sys.stderr)
     say(f"OpenAI-compatible API on http://{host}:{port}/v1 (model {settings.model!r})", file=sys.stderr)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)

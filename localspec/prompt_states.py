@@ -1,0 +1,73 @@
+"""Conversation states kept in RAM for the server: an agent and an editor (or two chats) take turns, and each
+one's next request should prefill only its new tokens, not the whole conversation again.
+
+The backend holds one live cache. Before a request, the live cache is saved if the request would cut much of
+it away, and a saved state that shares more of the prompt than the live cache is loaded instead (the engine
+then prefills what follows it). States are dropped oldest first beyond ``budget_bytes`` (`serve --cache-ram`);
+a state that is a prefix of a newer one is dropped as redundant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from localspec.backends.base import Backend
+from localspec.types import common_prefix
+
+MIN_TOKENS = 32  # a state shorter than this (or a gain smaller) is cheaper to prefill than to copy
+
+
+@dataclass
+class Saved:
+    tokens: tuple[int, ...]
+    state: object  # bytes-like, the backend's save_state()
+
+    @property
+    def size(self) -> int:
+        return len(self.state)
+
+
+class PromptStates:
+    def __init__(self, backend: Backend, budget_bytes: int) -> None:
+        self.backend, self.budget = backend, budget_bytes
+        self.saved: list[Saved] = []  # oldest first
+        self.loads = self.saves = 0
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.size for s in self.saved)
+
+    def prepare(self, prompt: Sequence[int]) -> int:
+        """Make the live cache the best start for ``prompt``; returns how many of its tokens it holds."""
+        prefix = prompt[:-1]  # the engine keeps the last prompt token pending
+        live = self.backend.cached_tokens
+        live_reuse = common_prefix(live, prefix)
+        best = max(self.saved, key=lambda s: common_prefix(s.tokens, prefix), default=None)
+        best_reuse = common_prefix(best.tokens, prefix) if best is not None else 0
+        if best_reuse >= live_reuse + MIN_TOKENS:
+            self._keep(live)
+            self.saved.remove(best)
+            self.backend.load_state(best.tokens, best.state)
+            self.loads += 1
+            return best_reuse
+        if len(live) - live_reuse >= MIN_TOKENS:  # this request cuts the live conversation: keep it
+            self._keep(live)
+        return live_reuse
+
+    def _keep(self, tokens: tuple[int, ...]) -> None:
+        if len(tokens) < MIN_TOKENS or self.budget <= 0:
+            return
+        held = next((s for s in self.saved if common_prefix(s.tokens, tokens) == len(tokens)), None)
+        if held is not None:  # a saved state holds all of it already: it is the newest now
+            self.saved.remove(held)
+            self.saved.append(held)
+            return
+        self.saved = [s for s in self.saved if common_prefix(s.tokens, tokens) < len(s.tokens)]
+        self.saved.append(Saved(tokens, self.backend.save_state()))
+        self.saves += 1
+        while self.saved and self.bytes > self.budget:
+            self.saved.pop(0)
+
+    def figures(self) -> dict:
+        return {"states": len(self.saved), "state_bytes": self.bytes, "state_loads": self.loads}

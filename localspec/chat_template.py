@@ -27,6 +27,7 @@ def render_chat(
     add_generation_prompt: bool = True,
     bos_token: str = "",
     eos_token: str = "",
+    tools=None,
 ) -> str:
     import jinja2.exceptions
 
@@ -36,6 +37,7 @@ def render_chat(
             add_generation_prompt=add_generation_prompt,
             bos_token=bos_token,
             eos_token=eos_token,
+            **({"tools": tools} if tools else {}),  # templates test `tools is defined` or `if tools`
         )
     except jinja2.exceptions.TemplateError as exc:
         raise ModelError(f"the model's chat template failed to render: {exc}") from exc

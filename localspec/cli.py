@@ -48,7 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
         "-m",
         help="a model name from models.toml or a path to a .gguf file (default: the registry's default, SmolLM2-135M)",
     )
-    g.add_argument("--ctx", type=int, help="context length in tokens (default: the model's, at most 4096)")
+    g.add_argument(
+        "--ctx",
+        type=int,
+        help="context length in tokens (default: the model's trained context, as far as its KV cache "
+        "fits in half the memory available)",
+    )
     g.add_argument("--threads", type=int, help="CPU threads (default: physical performance cores this process may use)")
     g.add_argument(
         "--backend",

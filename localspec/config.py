@@ -35,7 +35,7 @@ class Settings:
     sampling: SamplingParams = SamplingParams()
     draft_tokens: int | str = DRAFT_TOKENS
     max_tokens: int = MAX_TOKENS
-    ctx: int | None = None  # None: the model's, at most 4096
+    ctx: int | None = None  # None: the model's trained context, as far as memory allows (the backend decides)
     threads: int | None = None  # None: the physical performance cores this process may use
     gpu_layers: int = 0
     exact_guard: bool = True
@@ -133,7 +133,7 @@ def settings_from_args(args, registry: Registry | None = None) -> Settings:
         sampling,
         draft_tokens=rows.pick("draft_tokens", (flag("draft_tokens"), "flag"), (DRAFT_TOKENS, "default")),
         max_tokens=rows.pick("max_tokens", (flag("max_tokens"), "flag"), (MAX_TOKENS, "default")),
-        ctx=rows.pick("ctx", (flag("ctx"), "flag"), (None, "default (the model's, at most 4096)")),
+        ctx=rows.pick("ctx", (flag("ctx"), "flag"), (None, "default (trained, as memory allows)")),
         threads=rows.pick("threads", (flag("threads"), "flag"), (None, "default (physical cores)")),
         gpu_layers=rows.pick("gpu_layers", (flag("gpu_layers"), "flag"), (0, "default")),
         exact_guard=rows.pick("exact_guard", (False if flag("no_exact_guard") else None, "flag"), (True, "default")),

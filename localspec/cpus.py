@@ -111,3 +111,19 @@ def default_threads(allowed: Iterable[int] | None = None, root: str | Path = "/"
     except (OSError, ValueError, subprocess.SubprocessError):
         cores = None
     return max(1, min(cores or len(allowed), len(allowed)))
+
+
+def available_memory(root: str | Path = "/", platform: str = sys.platform) -> int | None:
+    """Bytes of memory available to a new allocation now (Linux: MemAvailable; macOS: the machine's memory,
+    halved, as it reports no such figure), or None where the platform does not tell. Never raises."""
+    try:
+        if platform.startswith("linux"):
+            text = _read(Path(root) / "proc/meminfo") or ""
+            kib = next((int(line.split()[1]) for line in text.splitlines() if line.startswith("MemAvailable:")), None)
+            return kib * 1024 if kib else None
+        if platform == "darwin":
+            total = _sysctl("hw.memsize")
+            return total // 2 if total else None
+    except (OSError, ValueError, subprocess.SubprocessError):
+        pass
+    return None

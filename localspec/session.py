@@ -191,6 +191,16 @@ class Session:
         """The prompt of an API request's messages, as they are (no message left out)."""
         return self.backend.chat_tokens(messages)
 
+    @property
+    def chat_template(self) -> str | None:
+        return self.backend.chat_template
+
+    def chat_text(self, messages: list[dict], tools: list[dict] | None = None) -> str:
+        return self.backend.chat_text(messages, tools=tools)
+
+    def template_tokens(self, text: str) -> list[int]:
+        return self.backend.template_tokens(text)
+
     def text_prompt(self, text: str) -> list[int]:
         return self.backend.with_bos(self.backend.tokenize(text))
 

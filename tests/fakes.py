@@ -190,3 +190,13 @@ class TimedBackend(ScriptedBackend):
     def fed(self) -> int:
         """Tokens fed so far, by prefill and forward."""
         return sum(self.prefilled) + sum(self.forward_calls)
+
+
+WEATHER = {  # a tool, as clients send it
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}

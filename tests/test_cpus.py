@@ -111,3 +111,11 @@ def test_macos_without_sysctl_falls_back_to_the_cpu_count(monkeypatch):
 
 def test_this_machine_gets_between_one_thread_and_its_cpus():
     assert 1 <= default_threads() <= min(os.cpu_count(), len(allowed_cpus()))
+
+
+def test_available_memory_reads_meminfo(tmp_path):
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/meminfo").write_text("MemTotal:  24000000 kB\nMemFree: 100 kB\nMemAvailable:  12000000 kB\n")
+    assert cpus.available_memory(tmp_path, "linux") == 12000000 * 1024
+    assert cpus.available_memory(tmp_path / "nowhere", "linux") is None
+    assert cpus.available_memory(tmp_path, "win32") is None

@@ -260,3 +260,20 @@ def test_windows_longer_than_n_batch_are_split_and_stay_exact(backend):
             exact_guard=DEFAULT_MARGIN["llama.cpp"],
         ).tokens
     assert got == reference, f"window of 40 on n_batch 16: differs at token {first_difference(reference, got)}"
+
+
+@pytest.mark.model
+def test_the_default_context_is_the_trained_one_as_far_as_memory_allows(backend, monkeypatch):
+    import localspec.backends.llama_cpp as module
+
+    per_token = backend.kv_bytes_per_token()
+    assert per_token == 30 * 3 * (64 + 64) * 2  # SmolLM2-135M: 30 layers, 3 KV heads of 64, f16 K and V
+    train = backend.train_ctx
+    monkeypatch.setattr(module, "available_memory", lambda: 10**12)
+    assert backend._default_ctx(train) == train == 8192
+    monkeypatch.setattr(module, "available_memory", lambda: int(3000 * per_token / module.KV_SHARE))
+    assert backend._default_ctx(train) == 2816  # 3000 tokens fit: cut to a multiple of 256
+    monkeypatch.setattr(module, "available_memory", lambda: 1000)
+    assert backend._default_ctx(train) == module.MIN_DEFAULT_CTX
+    monkeypatch.setattr(module, "available_memory", lambda: None)
+    assert backend._default_ctx(train) == module.DEFAULT_CTX

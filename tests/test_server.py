@@ -7,7 +7,7 @@ import time
 
 import httpx
 import pytest
-from fakes import ScriptedBackend
+from fakes import WEATHER, ScriptedBackend
 from openai import APIStatusError, OpenAI
 
 from localspec.cli import build_parser
@@ -16,7 +16,8 @@ from localspec.drafters.ngram import NgramDrafter
 from localspec.sampling import SamplingParams
 from localspec.server.run import build, is_loopback
 from localspec.session import Request, Session
-from localspec.types import common_prefix
+from localspec.stats import TurnStats
+from localspec.types import TokenEvent, common_prefix
 
 uvicorn = pytest.importorskip("uvicorn")
 
@@ -185,6 +186,31 @@ def test_four_conversations_taking_turns_prefill_only_their_new_tokens(smollm):
         assert seconds[-1].choices[0].message.content == text
 
 
+@pytest.mark.model
+def test_eight_clients_of_three_requests_each_get_a_fresh_servers_answers(smollm):
+    def question(client: int, turn: int) -> list[dict]:
+        return [{"role": "user", "content": f"Client {client}, question {turn}: name a fruit and a number."}]
+
+    answers: dict = {}
+
+    def client_loop(i: int) -> None:
+        client = smollm.client()
+        for turn in range(3):
+            answers[i, turn] = ask(client, messages=question(i, turn), max_tokens=12).choices[0].message.content
+
+    threads = [threading.Thread(target=client_loop, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert sorted(answers) == [(i, turn) for i in range(8) for turn in range(3)]  # all answered, none lost
+    with Session.open(smollm.settings) as fresh:  # nothing cached: each prompt prefilled from the start
+        for (i, turn), text in answers.items():
+            fresh.backend.truncate(0)
+            expected = "".join(e.text for e in fresh.complete(fresh.chat_prompt(question(i, turn)), Request(12)))
+            assert text == expected.strip(), (i, turn)
+
+
 # -- the scripted model: auth, hosts, queueing -------------------------------------------------------------------
 def scripted_session() -> Session:
     backend = ScriptedBackend(vocab_size=20, eog=19)
@@ -277,6 +303,120 @@ def test_same_request_and_seed_give_the_same_sampled_answer():
     finally:
         running.stop()
         worker.stop()
+
+
+def canned_session(answer: str, seen: list):
+    """The scripted model whose answer is ``answer`` (in 3-character pieces); ``seen`` gets each prompt's text."""
+    session = scripted_session()
+
+    def complete(prompt, request, on_prefill=None):
+        seen.append("".join(chr(ord("a") + t) for t in prompt))  # the scripted tokenizer's inverse
+        stats = TurnStats(prompt_tokens=len(prompt), generated=len(answer) // 3 + 1)
+        pieces = [answer[i : i + 3] for i in range(0, len(answer), 3)]
+        for i, piece in enumerate(pieces):
+            yield TokenEvent((1,), piece, 0, stats, "stop" if i == len(pieces) - 1 else None)
+
+    session.complete = complete
+    return session
+
+
+TOOL_ANSWER = (
+    "<think>\nThe user wants the weather.\n</think>\n\nLet me check.\n<tool_call>\n"
+    '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_calls_and_reasoning_reach_the_client(stream):
+    worker, running = serve(lambda: canned_session(TOOL_ANSWER, []), "scripted")
+    try:
+        client = running.client()
+        fields = {
+            "model": "scripted",
+            "messages": [{"role": "user", "content": "Weather in Paris?"}],
+            "tools": [WEATHER],
+        }
+        if not stream:
+            reply = client.chat.completions.create(**fields)
+            choice = reply.choices[0]
+            message, finish = choice.message, choice.finish_reason
+            content, reasoning, calls = message.content, message.model_extra["reasoning_content"], message.tool_calls
+        else:
+            chunks = list(client.chat.completions.create(**fields, stream=True))
+            deltas = [c.choices[0].delta for c in chunks if c.choices]
+            content = "".join(d.content or "" for d in deltas)
+            reasoning = "".join((d.model_extra or {}).get("reasoning_content") or "" for d in deltas)
+            calls = [call for d in deltas for call in d.tool_calls or []]
+            finish = next(c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason)
+        assert content == "Let me check." and reasoning == "The user wants the weather." and finish == "tool_calls"
+        assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [
+            ("get_weather", {"city": "Paris"})
+        ]
+        assert calls[0].id.startswith("call_") and calls[0].type == "function"
+    finally:
+        running.stop()
+        worker.stop()
+
+
+def test_tool_results_and_earlier_calls_go_into_the_prompt_and_bad_tools_are_400():
+    seen: list = []
+    worker, running = serve(lambda: canned_session("It is sunny.", seen), "scripted")
+    try:
+        call = {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+        }
+        messages = [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"},
+        ]
+        reply = running.client().chat.completions.create(model="scripted", messages=messages, tools=[WEATHER])
+        assert reply.choices[0].message.content == "It is sunny." and reply.choices[0].finish_reason == "stop"
+        # ChatML renders no tools: they, the earlier call and its result are written in as Hermes text
+        assert '<tools>\n{"type": "function", "function": {"name": "get_weather"' in seen[-1]
+        assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in seen[-1]
+        assert "<|im_start|>user\n<tool_response>\nsunny, 21 C\n</tool_response><|im_end|>" in seen[-1]
+        for body, param in [
+            ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools[0].function.name"),
+            (
+                {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+                "tool_choice.function.name",
+            ),
+            ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id"),
+            ({"functions": [{"name": "f"}]}, "functions"),
+        ]:
+            body = {"messages": [{"role": "user", "content": "hi"}], **body}
+            answer = httpx.post(running.url + "/v1/chat/completions", json=body, timeout=30)
+            assert answer.status_code == 400 and answer.json()["error"]["param"] == param, answer.text
+    finally:
+        running.stop()
+        worker.stop()
+
+
+@pytest.mark.model
+def test_a_tool_round_trip_on_the_real_model(smollm):
+    client = smollm.client()
+    question = [{"role": "user", "content": "What is the weather in Paris?"}]
+    forced = {"type": "function", "function": {"name": "get_weather"}}
+    whole = ask(client, messages=question, tools=[WEATHER], tool_choice=forced, max_tokens=40).choices[0]
+    chunks = list(ask(client, messages=question, tools=[WEATHER], tool_choice=forced, max_tokens=40, stream=True))
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    streamed_calls = [(c.function.name, c.function.arguments) for d in deltas for c in d.tool_calls or []]
+    whole_calls = [(c.function.name, c.function.arguments) for c in whole.message.tool_calls or []]
+    # whatever the 135M model makes of it, the streamed answer is the whole one, split the same way
+    assert streamed_calls == whole_calls and "".join(d.content or "" for d in deltas) == (whole.message.content or "")
+    assert (whole.message.content or "").startswith('<tool_call>\n{"name": "get_weather"') or whole_calls
+    # the call and its result go back in; the model answers in text
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    result = [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 degrees."},
+    ]
+    after = ask(client, messages=question + result, tools=[WEATHER], max_tokens=24)
+    before = ask(client, messages=question, tools=[WEATHER], max_tokens=1)
+    assert after.usage.prompt_tokens > before.usage.prompt_tokens + 20 and after.choices[0].message.content
 
 
 def test_only_loopback_binds_without_a_key():

@@ -81,13 +81,26 @@ class Backend:
     def detokenizer(self) -> StreamDetokenizer:
         return StreamDetokenizer(self.token_bytes)
 
-    def chat_tokens(self, messages: Sequence[dict], add_generation_prompt: bool = True) -> list[int]:
-        """The conversation rendered with the model's own chat template, as token ids."""
+    def chat_text(self, messages: Sequence[dict], add_generation_prompt: bool = True, tools=None) -> str:
+        """The conversation (and the tools offered, for templates that render them) in the model's own chat
+        template."""
         bos = self.token_text(self.bos_token) if self.bos_token is not None else ""
         eos = self.token_text(self.eos_token) if self.eos_token is not None else ""
-        text = render_chat(
-            self.chat_template, messages, add_generation_prompt=add_generation_prompt, bos_token=bos, eos_token=eos
+        return render_chat(
+            self.chat_template,
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=bos,
+            eos_token=eos,
+            tools=tools,
         )
+
+    def chat_tokens(self, messages: Sequence[dict], add_generation_prompt: bool = True) -> list[int]:
+        """The conversation rendered with the model's own chat template, as token ids."""
+        return self.template_tokens(self.chat_text(messages, add_generation_prompt))
+
+    def template_tokens(self, text: str) -> list[int]:
+        """Rendered template text as token ids (its special tokens are tokens, not text)."""
         return self.with_bos(self.tokenize(text, special=True))
 
     def with_bos(self, tokens: list[int]) -> list[int]:

@@ -18,12 +18,14 @@ import numpy as np
 
 from localspec.backends.base import Backend, Capabilities, Progress
 from localspec.backends.llama_cpp_exact import cpu_reference_mode
-from localspec.cpus import default_threads
+from localspec.cpus import available_memory, default_threads
 from localspec.errors import ConfigError, ContextOverflow, ModelError
 from localspec.types import ForwardOut
 
 GGUF_MAGIC = b"GGUF"
-DEFAULT_CTX = 4096
+DEFAULT_CTX = 4096  # where the model does not say its trained context (or the memory cannot be read)
+MIN_DEFAULT_CTX = 2048  # the default context is at least this (or the trained one, if shorter)
+KV_SHARE = 0.5  # the default context's KV cache takes at most this share of the memory available at load
 _LOG_LINES: deque[str] = deque(maxlen=50)  # llama.cpp's recent log, quoted in load errors
 
 
@@ -124,7 +126,8 @@ class LlamaCppBackend(Backend):
         self._vocab = lib.llama_model_get_vocab(self._model)
         self.vocab_size = lib.llama_vocab_n_tokens(self._vocab)
         train_ctx = lib.llama_model_n_ctx_train(self._model)
-        self.n_ctx = n_ctx or min(train_ctx, DEFAULT_CTX) or DEFAULT_CTX  # a vocab-only load reads train_ctx 0
+        self.train_ctx = train_ctx
+        self.n_ctx = n_ctx or (self._default_ctx(train_ctx) if not vocab_only else DEFAULT_CTX)
         if self.n_ctx < 16:
             raise ConfigError(f"--ctx must be at least 16, got {self.n_ctx}")
         threads = n_threads or default_threads()
@@ -150,6 +153,25 @@ class LlamaCppBackend(Backend):
             self._reference = cpu_reference_mode(self._ctx)
             if self._reference is not None:
                 self.capabilities = replace(self.capabilities, batch_invariant=True)
+
+    def kv_bytes_per_token(self) -> int:
+        """f16 keys and values of every layer for one token (the GGUF's head sizes, else n_embd / n_head)."""
+        lib, model = self._lib, self._model
+        arch = self.metadata("general.architecture") or ""
+        key = int(
+            self.metadata(f"{arch}.attention.key_length")
+            or lib.llama_model_n_embd(model) // max(1, lib.llama_model_n_head(model))
+        )
+        value = int(self.metadata(f"{arch}.attention.value_length") or key)
+        return lib.llama_model_n_layer(model) * lib.llama_model_n_head_kv(model) * (key + value) * 2
+
+    def _default_ctx(self, train_ctx: int) -> int:
+        """The trained context, as far as its KV cache fits in KV_SHARE of the memory available now."""
+        if train_ctx <= 0:
+            return DEFAULT_CTX
+        available, per_token = available_memory(), self.kv_bytes_per_token()
+        fits = int(KV_SHARE * available // per_token) if available and per_token > 0 else DEFAULT_CTX
+        return max(min(train_ctx, fits) // 256 * 256, min(train_ctx, MIN_DEFAULT_CTX))
 
     def _model_params(self, n_gpu_layers, vocab_only, extra_buffers, batch_invariant, on_load):
         mparams = self._lib.llama_model_default_params()

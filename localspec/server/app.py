@@ -27,6 +27,7 @@ from localspec.errors import ContextOverflow, LocalspecError
 from localspec.server import replies
 from localspec.server.errors import ApiError, bad_request
 from localspec.server.requests import Generation, parse_chat, parse_completion
+from localspec.server.shaping import Shape, chat_prompt
 from localspec.server.worker import Busy, Job, Piece, Worker
 from localspec.session import Session
 
@@ -93,7 +94,7 @@ class Server:
 
     async def _generate(self, request: HttpRequest, gen: Generation, chat: bool) -> Response:
         self.check_model(gen.model)
-        job = Job(lambda session: _events(session, gen), asyncio.get_running_loop())
+        job = Job(lambda session: _events(session, gen, job), asyncio.get_running_loop())
         try:
             self.worker.submit(job)
         except Busy:
@@ -117,21 +118,29 @@ class Server:
                 return Response(status_code=499)  # the client left: its generation stopped
         if piece.error is not None:
             raise _api_error(piece.error)
-        reply = replies.chat_reply if chat else replies.completion_reply
-        return JSONResponse(reply(rid, self.model, "".join(parts), piece.finish, piece.record or {}))
+        text, record = "".join(parts), piece.record or {}
+        if not chat:
+            return JSONResponse(replies.completion_reply(rid, self.model, text, piece.finish, record))
+        message, called = job.shape.message(text)
+        finish = "tool_calls" if called and piece.finish == "stop" else piece.finish
+        return JSONResponse(replies.chat_reply(rid, self.model, message, finish, record))
 
     async def _sse(self, request, job: Job, piece: Piece, gen: Generation, rid: str, chat: bool) -> AsyncIterator[str]:
+        splitter = job.shape.splitter() if chat else None
         try:
             yield _data(replies.chunk(rid, self.model, chat, first=True))
             while not piece.done:
-                if piece.text:
-                    yield _data(replies.chunk(rid, self.model, chat, piece.text))
+                for delta in splitter.push(piece.text) if chat else [{"text": piece.text}] * bool(piece.text):
+                    yield _data(replies.chunk(rid, self.model, chat, delta))
                 piece = await job.out.get()  # a client that leaves closes this generator (finally below)
             if piece.error is not None:
                 yield _data(_api_error(piece.error).body())
                 return
+            for delta in splitter.finish() if chat else []:
+                yield _data(replies.chunk(rid, self.model, chat, delta))
             record = piece.record or {}
-            last = replies.chunk(rid, self.model, chat, finish=piece.finish)
+            finish = "tool_calls" if chat and splitter.called and piece.finish == "stop" else piece.finish
+            last = replies.chunk(rid, self.model, chat, finish=finish)
             last.update(timings=replies.timings(record), speculation=replies.speculation(record))
             yield _data(last)
             if gen.include_usage:
@@ -141,9 +150,13 @@ class Server:
             job.cancelled.set()  # a client that left stops its generation at the next step
 
 
-def _events(session: Session, gen: Generation):
-    """On the engine thread: the prompt, checked against the context, and the answer's events."""
-    prompt = session.chat_prompt(gen.messages) if gen.messages is not None else session.text_prompt(gen.prompt)
+def _events(session: Session, gen: Generation, job: Job):
+    """On the engine thread: the prompt, checked against the context, and the answer's events (the answer's
+    shape goes to the job, read once its first piece arrived)."""
+    if gen.messages is not None:
+        prompt, job.shape = chat_prompt(session, gen.messages, gen.tools, gen.tool_choice)
+    else:
+        prompt, job.shape = session.text_prompt(gen.prompt), Shape()
     room = session.context_size - len(prompt)
     asked = gen.request.max_tokens
     if room < 1 or (asked is not None and asked > room):

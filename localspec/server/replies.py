@@ -6,7 +6,7 @@ from __future__ import annotations
 import secrets
 import time
 
-FINISH = {"stop": "stop", "length": "length", "context": "length", "cancelled": "stop"}
+FINISH = {"stop": "stop", "length": "length", "context": "length", "cancelled": "stop", "tool_calls": "tool_calls"}
 
 
 def new_id(kind: str) -> str:
@@ -51,8 +51,7 @@ def figures(record: dict) -> dict:
     return {"usage": usage(record), "timings": timings(record), "speculation": speculation(record)}
 
 
-def chat_reply(rid: str, model: str, text: str, finish: str, record: dict) -> dict:
-    message = {"role": "assistant", "content": text}
+def chat_reply(rid: str, model: str, message: dict, finish: str, record: dict) -> dict:
     choice = {"index": 0, "message": message, "finish_reason": FINISH.get(finish, finish), "logprobs": None}
     return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
             "choices": [choice], **figures(record)}  # fmt: skip
@@ -64,13 +63,15 @@ def completion_reply(rid: str, model: str, text: str, finish: str, record: dict)
             "choices": [choice], **figures(record)}  # fmt: skip
 
 
-def chunk(rid: str, model: str, chat: bool, text: str | None = None, finish: str | None = None, first=False) -> dict:
-    """One streamed chunk: a content delta (the first also says the role), or the finish reason."""
+def chunk(rid: str, model: str, chat: bool, delta: dict | None = None, finish: str | None = None, first=False) -> dict:
+    """One streamed chunk: a delta (chat: content, reasoning_content or tool_calls; completions: text), the first
+    one saying the role, or the finish reason."""
+    delta, finish = delta or {}, FINISH.get(finish, finish)
     if chat:
-        delta = {"role": "assistant", "content": text or ""} if first else ({"content": text} if text else {})
-        choice = {"index": 0, "delta": delta, "finish_reason": FINISH.get(finish, finish), "logprobs": None}
+        delta = {"role": "assistant", "content": "", **delta} if first else delta
+        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
         kind = "chat.completion.chunk"
     else:
-        choice = {"index": 0, "text": text or "", "finish_reason": FINISH.get(finish, finish), "logprobs": None}
+        choice = {"index": 0, "text": delta.get("text", ""), "finish_reason": finish, "logprobs": None}
         kind = "text_completion"
     return {"id": rid, "object": kind, "created": int(time.time()), "model": model, "choices": [choice]}

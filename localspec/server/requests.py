@@ -2,7 +2,7 @@
 
 Unknown fields are ignored (clients send `user`, `metadata`, ...). A known field localspec cannot honour
 exactly is refused with a 400 naming it, rather than silently changing the answer: more than one choice,
-logit bias, penalties, log-probabilities, structured output, tools (not yet).
+logit bias, penalties, log-probabilities, structured output, the old `functions` API.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from localspec.server.errors import bad_request
+from localspec.server.tools import ToolError, check_tools
 from localspec.session import Request
 
 # field -> what a request may send without localspec changing the model's distribution
@@ -24,13 +25,13 @@ _REFUSED = {
     "best_of": (1, None),
     "echo": (False, None),
     "suffix": (None, ""),
-    "tools": (None, []),
     "functions": (None, []),
+    "function_call": (None,),
 }
 _WHY = {
     "n": "one choice per request is supported; send n = 1 (or leave it out)",
-    "tools": "tool calls are not supported yet; leave tools out",
-    "functions": "function calls are not supported yet; leave functions out",
+    "functions": "the deprecated 'functions' API is not supported; send 'tools' instead",
+    "function_call": "the deprecated 'function_call' is not supported; send 'tool_choice' instead",
 }
 
 
@@ -44,6 +45,8 @@ class Generation:
     request: Request
     stream: bool
     include_usage: bool
+    tools: list[dict] | None = None  # offered to the model (None: none, or tool_choice 'none')
+    tool_choice: object = None  # 'auto', 'required' or {type: function, function: {name}}
 
 
 def parse_chat(body) -> Generation:
@@ -51,7 +54,15 @@ def parse_chat(body) -> Generation:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty list of {role, content} objects", "messages")
-    return Generation(_model(body), [_message(m, i) for i, m in enumerate(messages)], None, *_common(body))
+    tools, choice = body.get("tools") or None, body.get("tool_choice")
+    try:
+        check_tools(tools, choice)
+    except ToolError as exc:
+        raise bad_request(exc.message, exc.field) from None
+    if choice == "none":
+        tools, choice = None, None
+    checked = [_message(m, i) for i, m in enumerate(messages)]
+    return Generation(_model(body), checked, None, *_common(body), tools=tools, tool_choice=choice)
 
 
 def parse_completion(body) -> Generation:
@@ -85,19 +96,46 @@ def _model(body: dict) -> str | None:
 
 def _message(message, i: int) -> dict:
     where = f"messages[{i}]"
-    if not isinstance(message, dict) or message.get("role") not in ("system", "user", "assistant", "developer"):
-        raise bad_request(f"{where} must be an object with role system, user or assistant", where)
+    roles = ("system", "user", "assistant", "developer", "tool")
+    if not isinstance(message, dict) or message.get("role") not in roles:
+        raise bad_request(f"{where} must be an object with role system, user, assistant or tool", where)
+    role = "system" if message["role"] == "developer" else message["role"]
     content = message.get("content")
     if isinstance(content, list):  # content parts: text only
         if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
             raise bad_request(f"{where}.content: only text parts are supported", f"{where}.content")
         content = "".join(p["text"] for p in content)
-    if content is None and message["role"] == "assistant":
+    if content is None and role == "assistant":
         content = ""
     if not isinstance(content, str):
         raise bad_request(f"{where}.content must be a string", f"{where}.content")
-    role = "system" if message["role"] == "developer" else message["role"]
-    return {"role": role, "content": content}
+    out = {"role": role, "content": content}
+    if role == "tool":
+        out["tool_call_id"] = _text(message, "tool_call_id", where, required=True)
+    if role == "assistant" and message.get("tool_calls"):
+        out["tool_calls"] = [_call(call, f"{where}.tool_calls[{j}]") for j, call in enumerate(message["tool_calls"])]
+    return out
+
+
+def _call(call, where: str) -> dict:
+    """An earlier answer's tool call, as the client sends it back."""
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or call.get("type", "function") != "function":
+        raise bad_request(f"{where} must be {{id, type: 'function', function: {{name, arguments}}}}", where)
+    name, arguments = _text(fn, "name", where + ".function", True), fn.get("arguments", "{}")
+    if not isinstance(arguments, str):
+        raise bad_request(f"{where}.function.arguments must be a JSON string", f"{where}.function.arguments")
+    function = {"name": name, "arguments": arguments}
+    return {"id": _text(call, "id", where, False), "type": "function", "function": function}
+
+
+def _text(obj: dict, key: str, where: str, required: bool) -> str:
+    value = obj.get(key)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        raise bad_request(f"{where}.{key} must be a string", f"{where}.{key}")
+    return value
 
 
 def _number(body: dict, name: str, kind: type, low: float | None = None, high: float | None = None):

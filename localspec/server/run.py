@@ -4,6 +4,7 @@ SIGTERM (then what waits or runs is cancelled, and the session closes, saving it
 from __future__ import annotations
 
 import ipaddress
+import signal
 import sys
 
 from localspec.errors import ConfigError
@@ -37,10 +38,24 @@ def serve(settings, host: str, port: int, api_key: str | None, cors: bool, cache
         raise ConfigError(f"--host {host} serves other machines: give --api-key KEY (clients send it as Bearer)")
     worker, app = build(lambda: Session.open(settings).keep_states(cache_ram), settings.model, api_key, loopback, cors)
     say(f"localspec serve — {worker.session.load_report()}", file=sys.stderr)
+    say(
+        f"context {worker.session.context_size} tokens · conversation states in RAM up to {cache_ram // 2**20} MiB",
+        file=sys.stderr,
+    )
     say(f"OpenAI-compatible API on http://{host}:{port}/v1 (model {settings.model!r})", file=sys.stderr)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            """Ctrl-C or SIGTERM: in-flight answers end now, then the server shuts down and the session
+            closes (uvicorn's own handler would re-raise the signal afterwards and kill the process before
+            the session saved its caches); a second Ctrl-C stops waiting for open connections."""
+            worker.cancel_all()
+            self.force_exit = self.should_exit and sig == signal.SIGINT
+            self.should_exit = True
+
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
     try:
-        uvicorn.Server(config).run()
+        Server(config).run()
     finally:
         worker.stop()
     return 0

@@ -45,6 +45,7 @@ class Job:
     out: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     queued_at: float = field(default_factory=time.perf_counter)
+    shape: object = None  # the answer's shape (shaping.Shape), set on the engine thread before its first piece
 
     def send(self, piece: Piece) -> None:
         self.loop.call_soon_threadsafe(self.out.put_nowait, piece)
@@ -79,6 +80,12 @@ class Worker:
 
     def stop(self) -> None:
         """Cancel what waits and runs, and close the session (it saves its caches)."""
+        self.cancel_all()
+        self._jobs.put(None)
+        self._thread.join(timeout=30)
+
+    def cancel_all(self) -> None:
+        """Drop what waits, stop what runs at its next step (SIGTERM: before the HTTP side shuts down)."""
         while True:
             try:
                 job = self._jobs.get_nowait()
@@ -89,8 +96,6 @@ class Worker:
                 job.send(Piece(done=True, finish="cancelled"))
         for job in list(self._running):
             job.cancelled.set()
-        self._jobs.put(None)
-        self._thread.join(timeout=30)
 
     def _run(self) -> None:
         try:

@@ -178,9 +178,10 @@ def test_four_conversations_taking_turns_prefill_only_their_new_tokens(smollm):
     with Session.open(smollm.settings) as fresh:
         for topic, again in zip(topics, seconds, strict=True):
             p1, p2 = fresh.chat_prompt(conversation(topic, 1)), fresh.chat_prompt(conversation(topic, 2))
-            # only what follows the part of the prompt its first request shares (the last prompt token is the
-            # first step's)
-            assert again.model_extra["timings"]["prompt_n"] == len(p2) - 1 - common_prefix(p1, p2) < len(p2) // 3
+            # only what follows the part of the prompt its first request shares
+            timings = again.model_extra["timings"]
+            assert timings["prompt_n"] == len(p2) - common_prefix(p1, p2) < len(p2) // 3
+            assert timings["cache_n"] == common_prefix(p1, p2)
         # and the answer is the one a fresh start gives
         text = "".join(e.text for e in fresh.complete(p2, Request(max_tokens=8)))
         assert seconds[-1].choices[0].message.content == text

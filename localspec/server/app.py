@@ -141,10 +141,11 @@ class Server:
             record = piece.record or {}
             finish = "tool_calls" if chat and splitter.called and piece.finish == "stop" else piece.finish
             last = replies.chunk(rid, self.model, chat, finish=finish)
-            last.update(timings=replies.timings(record), speculation=replies.speculation(record))
-            yield _data(last)
-            if gen.include_usage:
-                yield _data({**replies.chunk(rid, self.model, chat), "choices": [], "usage": replies.usage(record)})
+            figures = {"timings": replies.timings(record), "speculation": replies.speculation(record)}
+            yield _data({**last, **figures})
+            if gen.include_usage:  # the figures on the last chunk too, where llama-server puts its timings
+                usage = {"choices": [], "usage": replies.usage(record), **figures}
+                yield _data({**replies.chunk(rid, self.model, chat), **usage})
             yield "data: [DONE]\n\n"
         finally:
             job.cancelled.set()  # a client that left stops its generation at the next step

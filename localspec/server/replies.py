@@ -19,14 +19,21 @@ def usage(record: dict) -> dict:
 
 
 def timings(record: dict) -> dict:
-    """llama-server's names: prompt = the tokens prefilled this request, predicted = the answer's."""
+    """llama-server's names and counting: prompt = the prompt tokens computed this request (the last one, which
+    localspec's first decoding step feeds, included), cache = those reused; predicted = the answer's."""
     prefill_s, decode_s = record.get("prefill_s", 0.0), record.get("decode_s", 0.0)
+    prompt = record.get("prompt_tokens", 0)
+    computed = min(prompt, record.get("prefill_tokens", 0) + 1) if prompt else 0
+    generated = record.get("generated_tokens", 0)
     return {
-        "prompt_n": record.get("prefill_tokens", 0),
+        "cache_n": prompt - computed,
+        "prompt_n": computed,
         "prompt_ms": round(prefill_s * 1e3, 3),
+        "prompt_per_token_ms": round(prefill_s * 1e3 / computed, 3) if computed else 0.0,
         "prompt_per_second": record.get("prefill_tok_s", 0.0),
-        "predicted_n": record.get("generated_tokens", 0),
+        "predicted_n": generated,
         "predicted_ms": round(decode_s * 1e3, 3),
+        "predicted_per_token_ms": round(decode_s * 1e3 / generated, 3) if generated else 0.0,
         "predicted_per_second": record.get("decode_tok_s", 0.0),
         "draft_n": record.get("drafted", 0),
         "draft_n_accepted": record.get("accepted", 0),

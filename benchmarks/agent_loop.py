@@ -1,0 +1,272 @@
+"""An agent loop over the OpenAI-compatible HTTP API: localspec's server against llama.cpp's own llama-server.
+
+A scripted coding agent (no network beyond loopback) holds one growing conversation per system: round 1 is a
+system prompt and a source file (benchmarks/data/agent_loop/inventory.py.txt) with an edit request ("add type
+hints and a docstring to restock, reply with the whole file"); every later round appends the system's own
+answer, then a tool-result style user message (test output, `cat` of the tests, a diff) and the next edit
+request. Requests go through the real `openai` client, streamed, greedy (temperature 0; top_k 1 for
+llama-server), so TTFT is the time to the first content chunk and the final chunk's llama-server-style
+`timings` give prefilled tokens (prompt_n), decode tok/s (predicted_per_second) and draft_n / draft_n_accepted.
+
+Each system is a fresh server process, started and stopped by PID (localspec.peer), one at a time, all with the
+same context and threads: localspec --drafter none / suffix / ngram (each with its own temporary cache folder:
+an empty suffix cache, the measured costs and guard copied from yours), llama-server plain and
+--spec-type ngram-mod (its default cache_prompt, so it reuses the conversation's prefix like localspec).
+The summary gives, per system, mean decode tok/s and end-to-end latency over rounds 2+, the ratio to the same
+family's plain server, and whether its answers equal that plain server's (greedy exactness; informational).
+
+    .venv/bin/python benchmarks/agent_loop.py [--model PATH.gguf] [--rounds 5] [--max-tokens 400]
+        [--systems localspec-plain,localspec-suffix,...] [--out benchmarks/results/agent-loop-NAME.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from statistics import mean
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import openai  # noqa: E402
+
+import localspec  # noqa: E402
+from localspec.fileio import cache_root  # noqa: E402
+from localspec.peer import LlamaServer, PeerError, find_llama_server, server_version  # noqa: E402
+from localspec.registry import resolve_model  # noqa: E402
+
+DATA = ROOT / "benchmarks" / "data" / "agent_loop"
+DEFAULT_MODEL = "/root/.cache/localspec-bench-models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+PEER_BIN = Path("/root/.cache/localspec-peer/0.3.36/build/bin")
+SYSTEMS = {  # name -> (family, localspec serve flags | llama-server spec type)
+    "localspec-plain": ("localspec", ["--drafter", "none"]),
+    "localspec-suffix": ("localspec", ["--drafter", "suffix"]),
+    "localspec-ngram": ("localspec", ["--drafter", "ngram"]),
+    # default kernels, as llama-server runs: faster wide windows, greedy may flip on near-ties
+    "localspec-suffix-noguard": ("localspec", ["--drafter", "suffix", "--no-exact-guard"]),
+    "localspec-ngram-noguard": ("localspec", ["--drafter", "ngram", "--no-exact-guard"]),
+    "server-plain": ("server", "plain"),
+    "server-ngram-mod": ("server", "ngram-mod"),
+}
+PLAIN = {"localspec": "localspec-plain", "server": "server-plain"}
+SYSTEM_PROMPT = (
+    "You are a coding agent working in a Python repository. You see files and tool output in the user's "
+    "messages. When asked for a file, reply with the complete file in one ```python code block and nothing else."
+)
+TESTS_FAIL = """$ pytest -q tests/test_inventory.py
+..F.
+FAILED tests/test_inventory.py::test_restock_orders - AssertionError: assert {'C3': 8, 'A1': 16} == ...
+1 failed, 3 passed in 0.04s"""
+DIFF = """$ git diff --stat
+ inventory.py | 31 +++++++++++++++++++++----------
+ 1 file changed, 21 insertions(+), 10 deletions(-)"""
+TESTS_PASS = "$ pytest -q\n....\n4 passed in 0.03s"
+
+
+def script() -> list[str]:
+    """The user's message of each round (the rounds after the last repeat the last two)."""
+    source, tests = ((DATA / name).read_text() for name in ("inventory.py.txt", "test_inventory.py.txt"))
+    return [
+        f"Here is `inventory.py`:\n```python\n{source}```\nAdd type hints and a docstring to the function "
+        "`restock`. Reply with the whole file.",
+        f"I ran the tests:\n```\n{TESTS_FAIL}\n```\nNow rename `low_stock` to `items_below_threshold` everywhere "
+        "in the file. Reply with the whole file.",
+        f"$ cat tests/test_inventory.py\n```python\n{tests}```\nUpdate these tests for the rename, and add a test "
+        "that `by_tag` sorts by name. Reply with the whole test file.",
+        f"```\n{DIFF}\n```\nIn `inventory.py`, add a method `remove(self, sku)` to `Inventory` that raises "
+        "KeyError with a clear message when the sku is unknown. Reply with the whole `inventory.py`.",
+        f"```\n{TESTS_PASS}\n```\nFinally, log every adjustment with `log.info` in `Inventory.adjust` and give "
+        "`load_csv` and `save_report` type hints. Reply with the whole `inventory.py`.",
+    ]
+
+
+class LocalspecServer(LlamaServer):
+    """`localspec serve` started, health-checked and stopped the way localspec.peer handles llama-server."""
+
+    def __init__(self, model: Path, flags: list[str], **kw) -> None:
+        super().__init__(Path(sys.executable), model, "plain", **kw)
+        self.flags = flags
+
+    def argv(self, port: int) -> list[str]:
+        return [sys.executable, "-m", "localspec", "serve", "--model", str(self.model), "--ctx", str(self.n_ctx),
+                "--threads", str(self.threads), "--temperature", "0", "--host", "127.0.0.1", "--port", str(port),
+                *self.flags]  # fmt: skip
+
+
+@contextmanager
+def own_cache():
+    """A temporary LOCALSPEC_CACHE for one localspec server: no suffix answers, your measured costs and guard."""
+    before = os.environ.get("LOCALSPEC_CACHE")
+    with tempfile.TemporaryDirectory(prefix="agent-loop-cache-") as tmp:
+        for kind in ("costs", "guard"):
+            if (cache_root() / kind).is_dir():
+                shutil.copytree(cache_root() / kind, Path(tmp) / kind)
+        os.environ["LOCALSPEC_CACHE"] = tmp
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop("LOCALSPEC_CACHE", None)
+            else:
+                os.environ["LOCALSPEC_CACHE"] = before
+
+
+def ask(client: openai.OpenAI, model: str, messages: list[dict], max_tokens: int, server: bool) -> dict:
+    """One streamed greedy request: the answer, TTFT, end-to-end latency and the server's figures."""
+    start = time.perf_counter()
+    stream = client.chat.completions.create(
+        model=model, messages=messages, max_tokens=max_tokens, temperature=0, stream=True,
+        stream_options={"include_usage": True}, extra_body={"top_k": 1} if server else None,
+    )  # fmt: skip
+    ttft, parts, timings, usage, finish = None, [], {}, None, None
+    for chunk in stream:
+        timings = (chunk.model_extra or {}).get("timings") or timings
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            if choice.delta and choice.delta.content:
+                ttft = ttft if ttft is not None else time.perf_counter() - start
+                parts.append(choice.delta.content)
+            finish = choice.finish_reason or finish
+    e2e = time.perf_counter() - start
+    prompt = usage.prompt_tokens if usage else timings.get("prompt_n", 0) + timings.get("cache_n", 0)
+    return {
+        "prompt_tokens": prompt,
+        "prefilled_tokens": timings.get("prompt_n"),
+        "generated_tokens": usage.completion_tokens if usage else timings.get("predicted_n"),
+        "ttft_s": round(ttft, 4) if ttft is not None else None,
+        "decode_tok_s": round(timings["predicted_per_second"], 2) if "predicted_per_second" in timings else None,
+        "e2e_s": round(e2e, 4),
+        "draft_n": timings.get("draft_n", 0),
+        "draft_n_accepted": timings.get("draft_n_accepted", 0),
+        "finish_reason": finish,
+        "timings_missing": not timings,
+        "answer": "".join(parts),
+    }
+
+
+def run_system(proc: LlamaServer, server: bool, rounds: int, max_tokens: int) -> list[dict]:
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{proc.port}/v1", api_key="none", max_retries=0, timeout=3600)
+    model = client.models.list().data[0].id
+    turns, messages, out = script(), [{"role": "system", "content": SYSTEM_PROMPT}], []
+    for i in range(rounds):
+        messages.append({"role": "user", "content": turns[i if i < len(turns) else 3 + (i - 3) % 2]})
+        row = {"round": i + 1, **ask(client, model, messages, max_tokens, server)}
+        messages.append({"role": "assistant", "content": row["answer"]})
+        out.append(row)
+        print(f"  round {row['round']}: {row['prompt_tokens']} prompt / {row['prefilled_tokens']} prefilled, "
+              f"{row['generated_tokens']} tokens, ttft {row['ttft_s']} s, {row['decode_tok_s']} tok/s, "
+              f"e2e {row['e2e_s']} s, drafts {row['draft_n_accepted']}/{row['draft_n']}", flush=True)  # fmt: skip
+    return out
+
+
+def summarize(runs: dict) -> dict:
+    summary = {}
+    for name, rounds in runs.items():
+        later = rounds[1:] or rounds
+        summary[name] = {
+            "decode_tok_s_r2plus": mean(r["decode_tok_s"] or 0 for r in later),
+            "e2e_s_r2plus": mean(r["e2e_s"] for r in later),
+            "ttft_s_r2plus": mean(r["ttft_s"] or 0 for r in later),
+            "prefilled_r2plus": mean(r["prefilled_tokens"] or 0 for r in later),
+            "acceptance": sum(r["draft_n_accepted"] for r in rounds) / max(1, sum(r["draft_n"] for r in rounds)),
+        }
+    for name, s in summary.items():
+        plain = PLAIN[SYSTEMS[name][0]]
+        base = summary.get(plain)
+        s["decode_ratio_to_plain"] = s["decode_tok_s_r2plus"] / base["decode_tok_s_r2plus"] if base else None
+        s["e2e_speedup_to_plain"] = base["e2e_s_r2plus"] / s["e2e_s_r2plus"] if base else None
+        if plain in runs:
+            same = [a["answer"] == b["answer"] for a, b in zip(runs[name], runs[plain], strict=False)]
+            s["answers_match_plain"], s["answers_match_by_round"] = all(same), same
+    return summary
+
+
+def machine() -> dict:
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+        cpu = next(ln.split(":", 1)[1].strip() for ln in cpuinfo if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        cpu = platform.processor() or platform.machine()
+    return {"cpu_count": os.cpu_count(), "cpu": cpu, "platform": platform.platform(), "python": sys.version.split()[0]}
+
+
+def versions(binary: Path | None) -> dict:
+    import llama_cpp
+
+    return {"localspec": localspec.__version__, "openai": openai.__version__, "llama_cpp_python": llama_cpp.__version__,
+            "llama_server": server_version(binary) if binary else None}  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=DEFAULT_MODEL, help="a .gguf path or a models.toml name")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--max-tokens", type=int, default=400)
+    ap.add_argument("--systems", default=",".join(s for s in SYSTEMS if not s.endswith("noguard")))
+    ap.add_argument("--ctx", type=int, default=8192)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--llama-server", default=str(PEER_BIN) if PEER_BIN.is_dir() else None, help="binary or folder")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = [s for s in systems if s not in SYSTEMS]
+    if unknown:
+        ap.error(f"unknown systems {unknown}; choose from {', '.join(SYSTEMS)}")
+    name, model = resolve_model(args.model)
+    out = args.out or ROOT / "benchmarks" / "results" / f"agent-loop-{Path(name).stem}.json"
+    try:
+        binary, binary_error = find_llama_server(args.llama_server), None
+    except PeerError as exc:
+        binary, binary_error = None, str(exc)
+    runs, errors = {}, {}
+    with tempfile.TemporaryDirectory(prefix="agent-loop-logs-") as logs:
+        for system in systems:
+            family, how = SYSTEMS[system]
+            if family == "server" and binary is None:
+                errors[system] = f"skipped: {binary_error}"
+                print(f"{system}: {errors[system]}", flush=True)
+                continue
+            print(f"{system}:", flush=True)
+            kw = {"n_ctx": args.ctx, "threads": args.threads, "log_path": Path(logs) / f"{system}.log"}
+            proc = LlamaServer(binary, model, how, **kw) if family == "server" else LocalspecServer(model, how, **kw)
+            try:
+                with own_cache() if family == "localspec" else nullcontext(), proc:
+                    runs[system] = run_system(proc, family == "server", args.rounds, args.max_tokens)
+            except (PeerError, openai.OpenAIError, OSError) as exc:
+                errors[system] = f"{type(exc).__name__}: {exc}; log: {proc.log_tail()}"
+                print(f"  failed: {errors[system]}", flush=True)
+    summary = summarize(runs)
+    report = {
+        "benchmark": "agent_loop", "model": name, "model_path": str(model), "rounds": args.rounds,
+        "max_tokens": args.max_tokens, "ctx": args.ctx, "threads": args.threads, "machine": machine(),
+        "versions": versions(binary), "llama_server": str(binary) if binary else None, "errors": errors,
+        "summary": summary, "runs": runs,
+    }  # fmt: skip
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    print_table(summary)
+    print(f"wrote {out}")
+    return 0
+
+
+def print_table(summary: dict) -> None:
+    fmt = "{:<18} {:>10} {:>7} {:>7} {:>9} {:>6} {:>6} {:>6} {:>6}"
+    head = ["decode t/s", "e2e s", "ttft s", "prefilled", "ratio", "e2e x", "accept", "same"]
+    print(fmt.format("system (rounds 2+)", *head))
+    for name, s in summary.items():
+        ratio, speed = s["decode_ratio_to_plain"], s["e2e_speedup_to_plain"]
+        cells = [f"{s['decode_tok_s_r2plus']:.1f}", f"{s['e2e_s_r2plus']:.2f}", f"{s['ttft_s_r2plus']:.2f}"]
+        cells += [f"{s['prefilled_r2plus']:.0f}", f"{ratio:.2f}" if ratio else "-", f"{speed:.2f}" if speed else "-"]
+        print(fmt.format(name, *cells, f"{s['acceptance']:.2f}", str(s.get("answers_match_plain", "-"))))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -103,6 +103,37 @@ class OracleDrafter(Drafter):
         return Draft.chain(truth[:n_right] + wrong)
 
 
+class OracleTreeDrafter(Drafter):
+    """Trees from a known greedy continuation: under the right node of each depth, the right token and a wrong
+    sibling in random order; under each wrong node, a wrong child (so the first-child chain is always full
+    depth). Acceptance has to take branches that are not the first."""
+
+    name = "oracle-tree"
+    needs = DrafterNeeds(tree_attention=True)
+
+    def __init__(self, reference: Sequence[int], prompt_len: int, vocab_size: int, seed: int = 0) -> None:
+        self.reference, self.prompt_len, self.vocab_size = list(reference), prompt_len, vocab_size
+        self.rng = np.random.default_rng(seed)
+
+    def _wrong(self, truth: int) -> int:
+        return (truth + 1 + int(self.rng.integers(self.vocab_size - 1))) % self.vocab_size
+
+    def propose(self, context, max_tokens, features=None) -> Draft:
+        done = len(context) - self.prompt_len
+        tokens, parents, right, wrongs = [], [], -1, []
+        for truth in self.reference[done : done + max_tokens]:
+            pair = [truth, self._wrong(truth)]
+            self.rng.shuffle(pair)
+            level = [(right, t) for t in pair] + [(w, self._wrong(truth)) for w in wrongs]
+            first = len(tokens)
+            for parent, token in level:
+                tokens.append(int(token))
+                parents.append(parent)
+            right = first + pair.index(truth)
+            wrongs = [i for i in range(first, len(tokens)) if i != right]
+        return Draft(tuple(tokens), tuple(parents))
+
+
 class DistributionDrafter(Drafter):
     """Samples drafts from its own fixed-seed distributions q (a function of the context) and reports q."""
 

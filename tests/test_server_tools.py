@@ -188,6 +188,12 @@ TEXTS = [
     ("Plain { text } here", {"fmt": "llama3"}),
     ("<", {}),
     ("", {}),
+    # Qwen2.5-Coder's fenced calls: a whole-answer fence is a call, anything else stays content
+    ('```json\n{\n  "name": "get_weather",\n  "arguments": {"city": "Paris"}\n}\n```', {}),
+    ('```json\n{"name": "a", "arguments": {}}\n```\nand more text', {}),
+    ("```json\n[1, 2]\n```", {}),
+    ("```python\nprint(1)\n```", {}),
+    ("``` not json", {}),
 ]
 
 
@@ -200,6 +206,14 @@ def test_splitter_matches_parse_answer(text, kw):
     chunkings = [[1], [len(text) or 1], [2, 3], [7]] + [[rng.randint(1, 12) for _ in range(30)] for _ in range(8)]
     for sizes in chunkings:
         assert split(text, sizes, **kw) == expected, sizes
+
+
+def test_a_fenced_json_answer_is_a_call_only_with_tools():
+    text = '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```'
+    assert names_args(parse_answer(text, "hermes", tools=True)[2]) == [("get_weather", {"city": "Paris"})]
+    assert parse_answer(text, "hermes", tools=False) == (None, text, [])
+    s = AnswerSplitter("hermes", tools=True)
+    assert s.push("```python\nx = 1") == [{"content": "```python\nx = 1"}]  # code streams as it comes
 
 
 def test_no_partial_tag_leaks():

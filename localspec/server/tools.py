@@ -14,6 +14,8 @@ import secrets
 from dataclasses import dataclass, field
 
 THINK, END_THINK, CALL, END_CALL, PYTHON_TAG = "<think>", "</think>", "<tool_call>", "</tool_call>", "<|python_tag|>"
+FENCE = "```json"  # Qwen2.5-Coder answers a call as a fenced JSON object instead of a <tool_call> block
+_FENCED = re.compile(r"```json\s*(.*?)\s*```", re.S)
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _USES_TOOLS = re.compile(r"\{[%{][^}]*\btools\b")
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.S)
@@ -206,6 +208,9 @@ def parse_answer(
     if tools and fmt == "llama3":
         calls = _llama_calls(rest)
         rest = "" if calls else rest
+    elif tools and rest.lstrip().startswith(FENCE):  # the whole answer a fenced call, or it is content
+        calls = _fenced_calls(rest)
+        rest = "" if calls else rest
     elif tools:
 
         def take(match: re.Match) -> str:
@@ -215,6 +220,12 @@ def parse_answer(
 
         rest = _BLOCK.sub(take, rest)
     return reasoning.strip() or None, rest.strip(), calls
+
+
+def _fenced_calls(text: str) -> list[ToolCall]:
+    """The calls when the whole text is one ```json fence of `{"name", "arguments"}` objects, else []."""
+    match = _FENCED.fullmatch(text.strip())
+    return _llama_calls(match.group(1)) if match else []
 
 
 def _partial(text: str, tag: str) -> int:
@@ -252,7 +263,7 @@ class AnswerSplitter:
         if self.state == "call":
             self._close_call(self.buf, "")
         elif self.state == "hold":
-            for call in (calls := _llama_calls(self.buf)):
+            for call in (calls := (_llama_calls if self.llama else _fenced_calls)(self.buf)):
                 self._add(call)
             self._emit("content", "" if calls else self.buf)
         else:
@@ -277,9 +288,11 @@ class AnswerSplitter:
         head = self.buf.lstrip()
         if self.think and head.startswith(THINK):
             self.buf, self.state = head[len(THINK) :], "think"
-        elif self.llama and head.startswith(("{", PYTHON_TAG)):
+        elif (self.llama and head.startswith(("{", PYTHON_TAG))) or (self.hermes and head.startswith(FENCE)):
             self.buf, self.state = head, "hold"
-        elif not head or any(tag.startswith(head) for tag in [THINK] * self.think + [PYTHON_TAG] * self.llama):
+        elif not head or any(
+            tag.startswith(head) for tag in [THINK] * self.think + [PYTHON_TAG] * self.llama + [FENCE] * self.hermes
+        ):
             return False
         else:
             self.state = "text"

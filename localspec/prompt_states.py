@@ -32,7 +32,7 @@ class PromptStates:
     def __init__(self, backend: Backend, budget_bytes: int) -> None:
         self.backend, self.budget = backend, budget_bytes
         self.saved: list[Saved] = []  # oldest first
-        self.loads = self.saves = 0
+        self.loads = 0  # saved states loaded back
 
     @property
     def bytes(self) -> int:
@@ -43,9 +43,9 @@ class PromptStates:
         prefix = prompt[:-1]  # the engine keeps the last prompt token pending
         live = self.backend.cached_tokens
         live_reuse = common_prefix(live, prefix)
-        best = max(self.saved, key=lambda s: common_prefix(s.tokens, prefix), default=None)
-        best_reuse = common_prefix(best.tokens, prefix) if best is not None else 0
-        if best_reuse >= live_reuse + MIN_TOKENS:
+        reuses = [(common_prefix(s.tokens, prefix), s) for s in self.saved]
+        best_reuse, best = max(reuses, key=lambda pair: pair[0], default=(0, None))
+        if best is not None and best_reuse >= live_reuse + MIN_TOKENS:
             self._keep(live)
             self.saved.remove(best)
             self.backend.load_state(best.tokens, best.state)
@@ -65,9 +65,5 @@ class PromptStates:
             return
         self.saved = [s for s in self.saved if common_prefix(s.tokens, tokens) < len(s.tokens)]
         self.saved.append(Saved(tokens, self.backend.save_state()))
-        self.saves += 1
         while self.saved and self.bytes > self.budget:
             self.saved.pop(0)
-
-    def figures(self) -> dict:
-        return {"states": len(self.saved), "state_bytes": self.bytes, "state_loads": self.loads}

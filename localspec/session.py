@@ -187,10 +187,6 @@ class Session:
         finally:  # what this turn measured is there for the next start, even after Ctrl-C
             self.save_costs()
 
-    def chat_prompt(self, messages: list[dict]) -> list[int]:
-        """The prompt of an API request's messages, as they are (no message left out)."""
-        return self.backend.chat_tokens(messages)
-
     @property
     def chat_template(self) -> str | None:
         return self.backend.chat_template

@@ -15,6 +15,7 @@ from localspec.config import settings_from_args
 from localspec.drafters.ngram import NgramDrafter
 from localspec.sampling import SamplingParams
 from localspec.server.run import build, is_loopback
+from localspec.server.shaping import chat_prompt
 from localspec.session import Request, Session
 from localspec.stats import TurnStats
 from localspec.types import TokenEvent, common_prefix
@@ -177,7 +178,7 @@ def test_four_conversations_taking_turns_prefill_only_their_new_tokens(smollm):
     seconds = [ask(client, messages=conversation(t, 2), max_tokens=8) for t in topics]  # A, B, C, D again
     with Session.open(smollm.settings) as fresh:
         for topic, again in zip(topics, seconds, strict=True):
-            p1, p2 = fresh.chat_prompt(conversation(topic, 1)), fresh.chat_prompt(conversation(topic, 2))
+            p1, p2 = (chat_prompt(fresh, conversation(topic, turns), None, None)[0] for turns in (1, 2))
             # only what follows the part of the prompt its first request shares
             timings = again.model_extra["timings"]
             assert timings["prompt_n"] == len(p2) - common_prefix(p1, p2) < len(p2) // 3
@@ -208,7 +209,8 @@ def test_eight_clients_of_three_requests_each_get_a_fresh_servers_answers(smollm
     with Session.open(smollm.settings) as fresh:  # nothing cached: each prompt prefilled from the start
         for (i, turn), text in answers.items():
             fresh.backend.truncate(0)
-            expected = "".join(e.text for e in fresh.complete(fresh.chat_prompt(question(i, turn)), Request(12)))
+            prompt = chat_prompt(fresh, question(i, turn), None, None)[0]
+            expected = "".join(e.text for e in fresh.complete(prompt, Request(12)))
             assert text == expected.strip(), (i, turn)
 
 

@@ -13,7 +13,7 @@ cells with them.
 A token later placed in a freed cell *before* a cell it attends to computes wrong values (measured: logits off
 by up to 0.9 on SmolLM2, with and without flash attention), so the cache never keeps such holes: the batch
 lists the tree's first-child chain first, and when the accepted branch leaves it, the branch is decoded
-again as a chain (no logits) into the cells right after the pending token.
+again as a chain (with the verify kernels) into the cells right after the pending token.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class LlamaCppBackend(Backend):
         self._model = self._ctx = self._batch = self._reference = None
         self._invariant = False
         self._branches = 0  # leaf sequences of the tree being verified (1..n)
-        self._tree = None  # (start, leaf sequence of each node row, row tokens) until accept_path
+        self._tree = None  # (start, leaf sequence of each row, row tokens, batch order) until accept_path
         mparams = self._model_params(n_gpu_layers, vocab_only, extra_buffers, batch_invariant, on_load)
         _LOG_LINES.clear()
         self._repack = bool(mparams.use_extra_bufts)
@@ -438,7 +438,8 @@ def _chain_first(up: Sequence[int]) -> list[int]:
         if up[row] == node:
             chain.append(row)
             node = row
-    return chain + [r for r in range(len(up)) if r not in set(chain)]
+    on_chain = set(chain)
+    return chain + [r for r in range(len(up)) if r not in on_chain]
 
 
 def _last_error() -> str:

@@ -122,8 +122,9 @@ class Server:
         if not chat:
             return JSONResponse(replies.completion_reply(rid, self.model, text, piece.finish, record))
         message, called = job.shape.message(text)
-        finish = "tool_calls" if called and piece.finish == "stop" else piece.finish
-        return JSONResponse(replies.chat_reply(rid, self.model, message, finish, record))
+        return JSONResponse(
+            replies.chat_reply(rid, self.model, message, replies.chat_finish(piece.finish, called), record)
+        )
 
     async def _sse(self, request, job: Job, piece: Piece, gen: Generation, rid: str, chat: bool) -> AsyncIterator[str]:
         splitter = job.shape.splitter() if chat else None
@@ -139,7 +140,7 @@ class Server:
             for delta in splitter.finish() if chat else []:
                 yield _data(replies.chunk(rid, self.model, chat, delta))
             record = piece.record or {}
-            finish = "tool_calls" if chat and splitter.called and piece.finish == "stop" else piece.finish
+            finish = replies.chat_finish(piece.finish, chat and splitter.called)
             last = replies.chunk(rid, self.model, chat, finish=finish)
             figures = {"timings": replies.timings(record), "speculation": replies.speculation(record)}
             yield _data({**last, **figures})

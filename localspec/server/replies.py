@@ -9,6 +9,11 @@ import time
 FINISH = {"stop": "stop", "length": "length", "context": "length", "cancelled": "stop", "tool_calls": "tool_calls"}
 
 
+def chat_finish(finish: str, called: bool) -> str:
+    """A chat answer that called tools and ended by itself finishes with 'tool_calls'."""
+    return "tool_calls" if called and finish == "stop" else finish
+
+
 def new_id(kind: str) -> str:
     return f"{kind}-{secrets.token_hex(12)}"
 

@@ -4,6 +4,7 @@ saves the suffix cache (0600) and exits cleanly; --no-persist writes nothing."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -74,3 +75,18 @@ def test_no_persist_keeps_served_content_off_disk(tmp_path):
     finally:
         proc.kill()
     assert not list((tmp_path / "cache").glob("suffix/*.bin"))
+
+
+def test_a_port_in_use_is_one_clear_line_before_the_model_loads(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        env = {**os.environ, "LOCALSPEC_CACHE": str(tmp_path), "LOCALSPEC_DATA": str(tmp_path)}
+        result = subprocess.run(
+            [sys.executable, "-m", "localspec", "serve", "--port", str(port)],
+            capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "--port" in result.stderr
+    assert "localspec serve —" not in result.stderr  # refused before loading the model

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import signal
+import socket
 import sys
 
 from localspec.errors import ConfigError
@@ -23,6 +24,18 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _check_free(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host.strip("[]"), port))
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot listen on {host}:{port} ({exc.strerror}); choose another --port or --host"
+            ) from None
+
+
 def build(open_session, model: str, api_key: str | None, loopback: bool, cors: bool, queue_limit: int = QUEUE_LIMIT):
     """The engine thread (started: the model is loaded) and the ASGI app over it."""
     worker = Worker(open_session, Metrics(), queue_limit)
@@ -36,6 +49,7 @@ def serve(settings, host: str, port: int, api_key: str | None, cors: bool, cache
     loopback = is_loopback(host)
     if not loopback and not api_key:
         raise ConfigError(f"--host {host} serves other machines: give --api-key KEY (clients send it as Bearer)")
+    _check_free(host, port)  # before the model loads, not after
     worker, app = build(lambda: Session.open(settings).keep_states(cache_ram), settings.model, api_key, loopback, cors)
     say(f"localspec serve — {worker.session.load_report()}", file=sys.stderr)
     say(

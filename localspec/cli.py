@@ -200,6 +200,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--threads", type=int, help="CPU threads (default: physical performance cores this process may use)"
     )
     train.add_argument("--seed", type=int, help="initialisation and data order")
+    train.add_argument(
+        "--layout",
+        default="eagle1",
+        choices=("eagle1", "eagle3"),
+        help="eagle1: reads the last layer's features (torch, MLX); eagle3: three layers' inputs and a draft "
+        "vocabulary (torch, MLX, and llama.cpp after `convert-eagle`)",
+    )
+
+    conv = sub.add_parser(
+        "convert-eagle",
+        help="write an EAGLE-3 head (Hugging Face folder) as the GGUF llama.cpp runs, for one target model",
+    )
+    conv.add_argument("head", help="the head's folder (config.json + model.safetensors or pytorch_model.bin)")
+    conv.add_argument("--target", "-m", required=True, help="the target: a name from models.toml or a .gguf file")
+    conv.add_argument("--out", "-o", required=True, help="the GGUF file to write")
+    conv.add_argument("--type", default="f16", choices=("f16", "f32"), help="weight type of the matrices (f16)")
 
     conf = sub.add_parser(
         "config",
@@ -253,6 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "list": commands.list_command,
             "rm": commands.rm_command,
             "train-eagle": commands.train_eagle_command,
+            "convert-eagle": commands.convert_eagle_command,
             "calibrate": commands.calibrate_command,
             "config": commands.config_command,
             "serve": commands.serve_command,

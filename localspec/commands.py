@@ -329,6 +329,19 @@ def train_eagle_command(args) -> int:
     return 0
 
 
+def convert_eagle_command(args) -> int:
+    from localspec.eagle_gguf import convert_eagle
+    from localspec.registry import load_registry, resolve_model
+
+    name, target = resolve_model(args.target, load_registry())
+    written = convert_eagle(Path(args.head), target, Path(args.out), args.type)
+    print(
+        f"wrote {args.out}: EAGLE-3 head for {name}, layers {written['layers']}, "
+        f"draft vocabulary {written['draft_vocab']}; run it with --backend llama.cpp --eagle-head {args.out}"
+    )
+    return 0
+
+
 def config_command(args) -> int:
     """Every setting a run with these flags would use, and where each comes from; loads no model."""
     rows = settings_from_args(args).rows

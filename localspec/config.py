@@ -170,7 +170,7 @@ def _drafter_setup(args, entry: ModelEntry | None, registry: Registry, backend: 
     known = entry.drafts if entry else ()
     models_toml = {
         ("draft", "model"): known[0] if known else None,
-        ("eagle", "head"): entry.eagle.get("torch") if entry else None,
+        ("eagle", "head"): entry.eagle.get(backend) if entry else None,
     }
     options = {}
     for name, kind in DRAFTERS.items():

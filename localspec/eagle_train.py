@@ -1,4 +1,5 @@
-"""`localspec train-eagle`: distil an EAGLE-1 head for a local model from its own hidden states.
+"""`localspec train-eagle`: distil an EAGLE-1 head (or, with --layout eagle3, an EAGLE-3 head:
+eagle3_train.py) for a local model from its own hidden states.
 
 The target (torch backend) reads the corpus once; its last-layer features f_j (what its LM head reads) are
 kept in memory. The head learns, at every position j, to predict f_{j+1} from (embedding of token j+1, f_j)
@@ -27,7 +28,7 @@ from localspec.errors import ConfigError
 
 REG_WEIGHT, CLS_WEIGHT = 1.0, 0.1  # EAGLE-1's loss weights
 SAVE_EVERY_S = 300.0
-_EAGLE_LAYER_NAMES = {
+EAGLE_LAYER_NAMES = {  # our Layer's modules -> the Hugging Face names a released head uses
     "q": "self_attn.q_proj",
     "k": "self_attn.k_proj",
     "v": "self_attn.v_proj",
@@ -49,6 +50,7 @@ class TrainConfig:
     holdout: float = 0.05
     seed: int = 0
     max_tokens: int = 0  # use at most this many corpus tokens (0: all)
+    layout: str = "eagle1"  # eagle1 (this module's head) or eagle3 (eagle3_train.py)
 
 
 def read_corpus(path: Path, tokenize: Callable[[list], list], tokenize_text: Callable[[str], list]) -> list[list[int]]:
@@ -142,6 +144,16 @@ class TrainHead:
     def parameters(self):
         return [*self.fc.parameters(), *self.layer_model.layers.parameters()]
 
+    def target_data(self, backend, piece: Sequence[int]):
+        """The target's last-layer features [n, H] of one window (what the head learns to predict)."""
+        import torch
+
+        backend.set_feature_layers((-1,))
+        return torch.from_numpy(backend.prefill_features(piece))
+
+    def loss(self, tokens, feats, noise: float, rng) -> tuple:
+        return losses(self, tokens, feats, noise, rng)
+
     def predict(self, tokens, features):
         """Predicted features [n, H] for inputs (token j+1, feature j)."""
         import torch
@@ -152,29 +164,32 @@ class TrainHead:
     def state_dict(self) -> dict:
         state = {"fc.weight": self.fc.weight, "fc.bias": self.fc.bias}
         layer = self.layer_model.layers[0]
-        for ours, theirs in _EAGLE_LAYER_NAMES.items():
+        for ours, theirs in EAGLE_LAYER_NAMES.items():
             state[f"layers.0.{theirs}.weight"] = getattr(layer, ours).weight
         return {k: v.detach().contiguous().clone() for k, v in state.items()}
 
     def config(self) -> dict:
-        c = self.cfg
-        return {
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
-            "hidden_size": c.hidden_size,
-            "intermediate_size": c.intermediate_size,
-            "num_attention_heads": c.n_heads,
-            "num_key_value_heads": c.n_kv_heads,
-            "head_dim": c.head_dim,
-            "num_hidden_layers": 1,
-            "rms_norm_eps": c.rms_eps,
-            "rope_theta": c.rope_theta,
-            "rope_scaling": c.rope_scaling,
-            "vocab_size": c.vocab_size,
-            "max_position_embeddings": c.max_positions,
-            "hidden_act": "silu",
-            "bias": True,
-        }
+        return head_config(self.cfg, "LlamaForCausalLM", vocab_size=self.cfg.vocab_size, bias=True)
+
+
+def head_config(c, architecture: str, **extra) -> dict:
+    """config.json of a one-layer head of DecoderConfig ``c`` (the released EAGLE layouts' keys)."""
+    return {
+        "architectures": [architecture],
+        "model_type": "llama",
+        "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size,
+        "num_attention_heads": c.n_heads,
+        "num_key_value_heads": c.n_kv_heads,
+        "head_dim": c.head_dim,
+        "num_hidden_layers": 1,
+        "rms_norm_eps": c.rms_eps,
+        "rope_theta": c.rope_theta,
+        "rope_scaling": c.rope_scaling,
+        "max_position_embeddings": c.max_positions,
+        "hidden_act": "silu",
+        **extra,
+    }
 
 
 def losses(head: TrainHead, tokens, feats, noise: float, rng) -> tuple:
@@ -204,18 +219,21 @@ def train_eagle(backend, data: Path, out: Path, config: TrainConfig, log: Callab
     deadline = started + config.minutes * 60
     pieces, n_val = _training_windows(backend, data, config, log)
     total_tokens = sum(map(len, pieces))
-    features = _target_features(backend, pieces, log, started)
+    head = _new_head(backend, config)
+    features = _target_features(backend, head, pieces, log, started)
+    if config.layout == "eagle3":
+        from localspec.eagle3_train import draft_vocabulary
+
+        head.choose_vocabulary(draft_vocabulary([f[1] for f in features.values()], sorted(backend.eog_tokens)))
     ids = {i: torch.tensor(p, dtype=torch.long) for i, p in enumerate(pieces)}
     val_idx, train_idx = list(range(n_val)), list(range(n_val, len(pieces))) or list(range(len(pieces)))
-
-    head = TrainHead(backend.model, config.seed)
     gen = torch.Generator().manual_seed(config.seed)
 
     def evaluate() -> tuple[float, float]:
         loss_sum, agree, n = 0.0, 0, 0
         with torch.no_grad():
             for i in val_idx:
-                loss, a, m = losses(head, ids[i], features[i], 0.0, gen)
+                loss, a, m = head.loss(ids[i], features[i], 0.0, gen)
                 loss_sum, agree, n = loss_sum + float(loss) * m, agree + a, n + m
         return (loss_sum / max(n, 1), agree / max(n, 1))
 
@@ -223,6 +241,7 @@ def train_eagle(backend, data: Path, out: Path, config: TrainConfig, log: Callab
     log(f"before training: held-out loss {v_loss:.3f}, top-1 agreement with the target {v_acc:.3f}")
     report = {
         "corpus": str(data),
+        "layout": config.layout,
         "windows": len(pieces),
         "tokens": total_tokens,
         "start_val_loss": v_loss,
@@ -290,14 +309,23 @@ def _training_windows(backend, data: Path, config: TrainConfig, log) -> tuple[li
     return pieces, n_val
 
 
-def _target_features(backend, pieces: list[list[int]], log, started: float) -> dict:
-    """The target's hidden states of every window (what the head learns to predict from)."""
-    import torch
+def _new_head(backend, config: TrainConfig):
+    if config.layout == "eagle1":
+        return TrainHead(backend.model, config.seed)
+    if config.layout != "eagle3":
+        raise ConfigError(f"--layout must be eagle1 or eagle3, not {config.layout!r}")
+    from localspec.drafters.eagle_heads import eagle3_layers
+    from localspec.eagle3_train import Eagle3TrainHead
 
+    return Eagle3TrainHead(backend.model, eagle3_layers({}, backend.model.cfg.n_layers), config.seed)
+
+
+def _target_features(backend, head, pieces: list[list[int]], log, started: float) -> dict:
+    """What the head learns from, for every window (``head.target_data``)."""
     features = {}
     for i, piece in enumerate(pieces):
         backend.truncate(0)
-        features[i] = torch.from_numpy(backend.prefill_features(piece))
+        features[i] = head.target_data(backend, piece)
         if (i + 1) % 50 == 0 or i + 1 == len(pieces):
             log(f"target features: {i + 1}/{len(pieces)} windows ({time.perf_counter() - started:.0f} s)")
     backend.truncate(0)
@@ -334,7 +362,7 @@ class _Training:
         cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, self.steps / max(self.steps_max, 1))))
         for g in self.opt.param_groups:
             g["lr"] = self.config.lr * warmup * cosine
-        loss, agree, n = losses(self.head, ids, features, self.config.noise, self.gen)
+        loss, agree, n = self.head.loss(ids, features, self.config.noise, self.gen)
         self.opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.params, 0.5)
@@ -388,6 +416,7 @@ def run_train_eagle(args, log: Callable[[str], None] = print) -> dict:
             lr=args.lr,
             seed=args.seed or 0,
             max_tokens=args.max_corpus_tokens,
+            layout=args.layout,
         )
         return train_eagle(backend, Path(args.data), out, config, log)
     finally:

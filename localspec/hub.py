@@ -68,8 +68,9 @@ def pull(
         head = entry.eagle.get(backend)
         if head:
             say(f"EAGLE head {head}")
-            # EAGLE heads were released as pytorch_model.bin as well as safetensors
-            done.append(Pulled(f"{name} eagle", backend, _snapshot(head, None, say, ("*.safetensors", "*.bin")), 0))
+            # EAGLE heads were released as pytorch_model.bin as well as safetensors; llama.cpp's are one GGUF
+            files = ("*.gguf",) if backend == "llama.cpp" else ("*.safetensors", "*.bin")
+            done.append(Pulled(f"{name} eagle", backend, _snapshot(head, None, say, files), 0))
     return done
 
 

@@ -37,7 +37,7 @@ _ENTRY_KEYS = {
 }  # and a table per drafter with options, [models.NAME.DRAFTER], checked against the drafter's options by config.py
 _GGUF_KEYS = {"repo": str, "quant": str, "files": dict}
 _REPO_KEYS = {"repo": str}
-_EAGLE_KEYS = {"torch": str, "mlx": str}
+_EAGLE_KEYS = {"torch": str, "mlx": str, "llama.cpp": str}
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ files = { Q4 = "tiny-q4.gguf", Q8 = "tiny-q8.gguf" }
 repo = "test/tiny"
 [models.tiny.eagle]
 torch = "test/tiny-eagle"
+"llama.cpp" = "test/tiny-eagle-GGUF"
 
 [models.tiny-draft]
 tokenizer = "tiny"
@@ -78,6 +79,8 @@ def hub(tmp_path):
     server.add("test/tiny", "README.md", b"not needed")
     server.add("test/tiny-eagle", "config.json", b'{"architectures": ["LlamaForCausalLMEagle3"]}')
     server.add("test/tiny-eagle", "pytorch_model.bin", bytes(2048))
+    server.add("test/tiny-eagle-GGUF", "tiny-eagle3.gguf", gguf_bytes("tiny eagle3"))
+    server.add("test/tiny-eagle-GGUF", "README.md", b"not needed")
     # bigger than huggingface-hub's 10 MB read chunk, so a dropped connection leaves whole chunks to resume from
     server.add("test/big-GGUF", "big.gguf", gguf_bytes("big", padding=24 << 20))
     server.start()
@@ -210,6 +213,14 @@ def test_torch_backend_pulls_the_safetensors_repo_and_the_eagle_head(hub, tmp_pa
     assert_fails_with(
         run_cli("pull", "tiny", "--backend", "torch", env=hub.env), "pytorch_model.bin", "arrived damaged"
     )
+
+
+def test_llama_cpp_pull_fetches_the_gguf_eagle_head_models_toml_names(hub, tmp_path):
+    result = run_cli("pull", "tiny", env=hub.env)
+    assert result.returncode == 0, result.stderr
+    snapshots = tmp_path / "hf" / "hub" / "models--test--tiny-eagle-GGUF" / "snapshots"
+    assert {p.name for p in next(snapshots.iterdir()).iterdir()} == {"tiny-eagle3.gguf"}
+    assert not (tmp_path / "hf" / "hub" / "models--test--tiny-eagle").exists()  # the torch head is not fetched
 
 
 def test_unreachable_hub_is_the_offline_message(hub):

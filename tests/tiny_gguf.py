@@ -40,30 +40,81 @@ def _q4_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
     return blocks.reshape(rows, cols // 256 * Q4_K_BLOCK)
 
 
+VOCAB = _bytes_to_unicode() + ["ab", "<|endoftext|>"]  # llama.cpp's BPE loader wants a merge
+
+
+def _llama_header(path: Path, name: str, embd: int, layers: int, ff: int, heads: int, kv_heads: int):
+    """A GGUF writer with the llama metadata and the byte-level vocabulary written."""
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name(name)
+    w.add_context_length(2048)
+    w.add_embedding_length(embd)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(ff)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_rope_dimension_count(embd // heads)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(len(VOCAB))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(VOCAB)
+    w.add_token_types([gguf.TokenType.NORMAL] * 257 + [gguf.TokenType.CONTROL])
+    w.add_token_merges(["a b"])
+    w.add_bos_token_id(len(VOCAB) - 1)
+    w.add_eos_token_id(len(VOCAB) - 1)
+    return w
+
+
+def _finish(w, path: Path) -> Path:
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def write_tiny_f32_llama(
+    path: Path, seed: int = 0, embd=64, layers=8, ff=128, heads=4, kv_heads=2, scale=0.5, focus=0
+) -> Path:
+    """A random float32 llama GGUF that the torch backend (dequantizing nothing) and llama.cpp both run:
+    the same weights on both sides, so their hidden states and logits can be compared. ``focus`` > 0: only
+    tokens 0..focus-1 get output rows (the others' logits are 0), so a few tokens carry most of the mass."""
+    rng = np.random.default_rng(seed)
+    w = _llama_header(path, "tiny-f32-llama", embd, layers, ff, heads, kv_heads)
+    head_dim = embd // heads
+
+    def rand(*shape):
+        return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
+
+    w.add_tensor("token_embd.weight", (rng.standard_normal((len(VOCAB), embd))).astype(np.float32))
+    w.add_tensor("output_norm.weight", np.ones(embd, dtype=np.float32))
+    output = rand(len(VOCAB), embd) * 8
+    if focus:
+        output[focus:] = 0
+    w.add_tensor("output.weight", output)
+    for i in range(layers):
+        w.add_tensor(f"blk.{i}.attn_q.weight", rand(embd, embd) * 4)
+        w.add_tensor(f"blk.{i}.attn_k.weight", rand(kv_heads * head_dim, embd) * 4)
+        w.add_tensor(f"blk.{i}.attn_v.weight", rand(kv_heads * head_dim, embd))
+        w.add_tensor(f"blk.{i}.attn_output.weight", rand(embd, embd))
+        w.add_tensor(f"blk.{i}.ffn_gate.weight", rand(ff, embd))
+        w.add_tensor(f"blk.{i}.ffn_up.weight", rand(ff, embd))
+        w.add_tensor(f"blk.{i}.ffn_down.weight", rand(embd, ff))
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(embd, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(embd, dtype=np.float32))
+    return _finish(w, path)
+
+
 def write_tiny_llama(path: Path, seed: int = 0) -> Path:
     import gguf
 
     rng = np.random.default_rng(seed)
-    vocab = _bytes_to_unicode() + ["ab", "<|endoftext|>"]  # llama.cpp's BPE loader wants a merge
+    vocab = VOCAB
     head_dim = EMBD // HEADS
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_name("tiny-q4k-llama")
-    w.add_context_length(2048)
-    w.add_embedding_length(EMBD)
-    w.add_block_count(LAYERS)
-    w.add_feed_forward_length(FF)
-    w.add_head_count(HEADS)
-    w.add_head_count_kv(KV_HEADS)
-    w.add_rope_dimension_count(head_dim)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_vocab_size(len(vocab))
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(vocab)
-    w.add_token_types([gguf.TokenType.NORMAL] * 257 + [gguf.TokenType.CONTROL])
-    w.add_token_merges(["a b"])
-    w.add_bos_token_id(len(vocab) - 1)
-    w.add_eos_token_id(len(vocab) - 1)
+    w = _llama_header(path, "tiny-q4k-llama", EMBD, LAYERS, FF, HEADS, KV_HEADS)
     q4k = gguf.GGMLQuantizationType.Q4_K
     # token_embd and output hold len(vocab) rows of EMBD values: Q4_K too
     w.add_tensor("token_embd.weight", _q4_k(rng, len(vocab), EMBD), raw_dtype=q4k)
@@ -82,8 +133,4 @@ def write_tiny_llama(path: Path, seed: int = 0) -> Path:
             w.add_tensor(f"blk.{i}.{name}.weight", _q4_k(rng, rows, cols), raw_dtype=q4k)
         w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(EMBD, dtype=np.float32))
         w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(EMBD, dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return _finish(w, path)

@@ -39,6 +39,11 @@ DEFAULT_CTX = 4096  # where the model does not say its trained context (or the m
 MIN_DEFAULT_CTX = 2048  # the default context is at least this (or the trained one, if shorter)
 MAX_BRANCHES = 63  # leaves of a verified tree, each a llama.cpp sequence beside sequence 0
 KV_SHARE = 0.5  # the default context's KV cache takes at most this share of the memory available at load
+# architectures whose llama.cpp graph hands out its layers' inputs (res->t_layer_inp): EAGLE-3's features
+LAYER_INPUT_ARCHS = frozenset(
+    ("llama", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "gemma4", "gpt-oss", "lfm2", "nemotron_h")
+    + ("mimo2", "minimax-m2", "deepseek4", "bailingmoe3", "nanbeige")
+)
 _LOG_LINES: deque[str] = deque(maxlen=50)  # llama.cpp's recent log, quoted in load errors
 
 
@@ -166,6 +171,10 @@ class LlamaCppBackend(Backend):
                 f"{_last_error()}; try a smaller --ctx"
             )
         self._mem = lib.llama_get_memory(self._ctx)
+        self.n_layers, self.hidden_size = lib.llama_model_n_layer(self._model), lib.llama_model_n_embd(self._model)
+        self.feature_layers: tuple[int, ...] = ()
+        if self.metadata("general.architecture") in LAYER_INPUT_ARCHS:
+            self.capabilities = replace(self.capabilities, hidden_states=True, feature_layers=True)
         self._batch = lib.llama_batch_init(self.n_batch, 0, self.max_branches + 1)
         if batch_invariant and not mparams.use_extra_bufts:
             self._reference = cpu_reference_mode(self._ctx)
@@ -295,28 +304,73 @@ class LlamaCppBackend(Backend):
         self._tokens[:] = [int(t) for t in tokens]
 
     def prefill(self, tokens: Sequence[int], progress: Progress = None) -> None:
-        done = 0
+        self._prefill(tokens, progress, features=False)
+
+    def prefill_features(self, tokens: Sequence[int], progress: Progress = None):
+        """prefill that also returns the inputs of the feature layers [n, layers x hidden]."""
+        return self._prefill(tokens, progress, features=True)
+
+    def _prefill(self, tokens: Sequence[int], progress: Progress, features: bool):
+        done, rows = 0, []
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
             self._decode(chunk, logits=False)
+            if features:
+                rows.append(self._features(len(chunk)))
             done += len(chunk)
             if progress is not None:
                 progress(done, len(tokens))
+        if not features:
+            return None
+        return np.concatenate(rows) if rows else np.zeros((0, len(self.feature_layers) * self.hidden_size), np.float32)
 
     def forward(self, tokens: Sequence[int], return_hidden: bool = False) -> ForwardOut:
-        if return_hidden:
-            raise ConfigError("the llama.cpp backend does not return hidden states")
-        rows = []
+        rows, features = [], []
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
             self._decode(chunk, logits=True)
             ptr = self._lib.llama_get_logits(self._ctx)
             rows.append(np.ctypeslib.as_array(ptr, shape=(len(chunk), self.vocab_size)).copy())
-        return ForwardOut(rows[0] if len(rows) == 1 else np.concatenate(rows))
+            if return_hidden:
+                features.append(self._features(len(chunk)))
+        logits = rows[0] if len(rows) == 1 else np.concatenate(rows)
+        return ForwardOut(logits, np.concatenate(features) if return_hidden else None)
+
+    def set_feature_layers(self, layers: Sequence[int]) -> None:
+        """Which layers' inputs come back with the rows (llama.cpp gives layer inputs only: not the last
+        layer's normed output that EAGLE-1/2 heads read)."""
+        if not self.capabilities.feature_layers:
+            raise ConfigError(
+                f"{self.model_name}: llama.cpp gives no layer inputs for the "
+                f"{self.metadata('general.architecture')} architecture; use --backend torch"
+            )
+        layers = tuple(int(i) for i in layers)
+        bad = [i for i in layers if not 0 <= i < self.n_layers]
+        if bad:
+            raise ConfigError(
+                f"llama.cpp gives the inputs of layers 0..{self.n_layers - 1} of {self.model_name}, not {bad} "
+                f"(-1, the last layer's normed output that EAGLE-1/2 heads read, needs --backend torch)"
+            )
+        from localspec.backends.llama_ext import ext
+
+        switch = ext("llama_set_embeddings_layer_inp")
+        for i in self.feature_layers:
+            switch(self._ctx, i, False)
+        for i in layers:
+            switch(self._ctx, i, True)
+        self.feature_layers = layers
+
+    def _features(self, n: int) -> np.ndarray:
+        """The feature layers' inputs of the last decode's ``n`` tokens, [n, layers x hidden], batch order."""
+        if not self.feature_layers:
+            raise ConfigError("no feature layers chosen (set_feature_layers) for the llama.cpp hidden states")
+        from localspec.backends.llama_ext import ext
+
+        get = ext("llama_get_embeddings_layer_inp")
+        parts = [np.ctypeslib.as_array(get(self._ctx, i), shape=(n, self.hidden_size)) for i in self.feature_layers]
+        return np.concatenate(parts, axis=1)
 
     def forward_tree(self, tokens: Sequence[int], parents: Sequence[int], return_hidden: bool = False) -> ForwardOut:
-        if return_hidden:
-            raise ConfigError("the llama.cpp backend does not return hidden states")
         n, start = len(tokens), len(self._tokens)
         if n > self.n_batch:
             raise ConfigError(f"a tree of {n} tokens is more than one batch ({self.n_batch}); draft smaller trees")
@@ -352,7 +406,11 @@ class LlamaCppBackend(Backend):
         rows = np.ctypeslib.as_array(ptr, shape=(n, self.vocab_size))
         out = np.empty_like(rows)
         out[order] = rows
-        return ForwardOut(out)
+        hidden = None
+        if return_hidden:
+            hidden = np.empty((n, len(self.feature_layers) * self.hidden_size), np.float32)
+            hidden[order] = self._features(n)
+        return ForwardOut(out, hidden)
 
     def accept_path(self, path: Sequence[int]) -> None:
         start, branch_of, tokens, order = self._tree

@@ -1,4 +1,5 @@
-"""The EAGLE drafter (EAGLE-1/2/3 heads, `eagle_heads.py`) on the torch backend: chain or tree drafting.
+"""The EAGLE drafter: chain or tree drafting with a head on the torch backend (EAGLE-1/2/3, `eagle_heads.py`),
+MLX (`eagle_mlx.py`, chains) or llama.cpp (EAGLE-3 GGUF heads, `eagle_llama.py`).
 
 Each call first feeds the head the target's features of the newly verified positions (slot j of the head's
 cache holds the pair (token j+1, feature j)), then drafts from the head's prediction after the last one.
@@ -12,7 +13,9 @@ feature start the tree; at each further depth the `width` leaves with the highes
 product of the head's probabilities along the path) are expanded in one batched head call, with tree
 attention over the head's cache (each node sees the context and its own ancestors), each adding its `width`
 best children; finally the `nodes` best-scoring tokens of all form the draft. A tree's tokens are point
-masses chosen by the head, so verification tries children in order against the residual (exact).
+masses chosen by the head, so verification tries children in order against the residual (exact). The head
+runs the expansion (``head.tree(base)``: torch by an attention mask over its cache, llama.cpp by a sequence
+per expanded node) and ranks its outputs (``head.top``).
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ TREE_WIDTH = 4  # children per expanded node and expanded nodes per depth
 class EagleOptions:
     head: str | None = option(
         None,
-        "an EAGLE-1/2/3 head, a folder or a downloaded Hub repo (default: the model's in models.toml; torch backend)",
+        "an EAGLE head: a folder or a downloaded Hub repo (torch, MLX), an eagle3 GGUF (llama.cpp); default: "
+        "the model's in models.toml for the backend",
         toml=False,
         kind=str,
     )
@@ -51,8 +55,9 @@ class EagleOptions:
 def build(target, options: EagleOptions, context) -> EagleDrafter:
     if not options.head:
         raise ConfigError(
-            "--drafter eagle needs --eagle-head FOLDER|REPO (an EAGLE-1/2/3 head: config.json + "
-            "pytorch_model.bin or model.safetensors; `localspec train-eagle` makes one)"
+            "--drafter eagle needs --eagle-head FOLDER|REPO|FILE (an EAGLE-1/2/3 head: config.json + "
+            "pytorch_model.bin or model.safetensors; on llama.cpp an eagle3 GGUF, which `localspec convert-eagle` "
+            "writes; `localspec train-eagle` makes a head)"
         )
     return EagleDrafter(target, eagle_folder(options.head), context.seed, tree_nodes=options.tree)
 
@@ -91,6 +96,8 @@ class EagleDrafter(Drafter):
             from localspec.drafters.eagle_mlx import MlxEagleHead
 
             self.head = MlxEagleHead(Path(head_folder), target)
+        elif target.name == "llama.cpp":
+            self.head = _llama_head(Path(head_folder), target)
         else:
             self.head = load_eagle_head(Path(head_folder), target)
         target.set_feature_layers(self.head.feature_layers)
@@ -156,45 +163,32 @@ class EagleDrafter(Drafter):
         return Draft.chain(tokens, np.stack(rows_q) if rows_q else None)
 
     def _tree(self, depth: int) -> Draft:
-        import torch
-
         head, width = self.head, self.tree_width
-        depth = min(depth, TREE_SLOTS // width)  # the head's cache has TREE_SLOTS slots past the context
+        depth = min(depth, head.max_tree_depth(width))  # the head's cache has room for so many expanded nodes
         base = self._first + self._fed  # the slot (and position) the pending token's pair will take
-        lp = torch.log_softmax(head.logits_t(self._last)[0], dim=-1)
-        top = torch.topk(lp, width)
-        tokens = [int(t) for t in top.indices]
+        values, indices = head.top(self._last, width)
+        tokens = [int(t) for t in indices[0]]
         parents, depths = [-1] * width, [1] * width
-        scores = [float(v) for v in top.values]
-        slots: dict[int, int] = {}  # expanded node -> its slot in the head's cache
-        outs: dict[int, object] = {}
-        frontier, slot = list(range(width)), base
-        for d in range(1, depth):
-            n = len(frontier)
-            mask = torch.zeros(n, slot + n - head.lo, dtype=torch.bool, device=head.device)
-            mask[:, : base - head.lo] = True
-            for r, node in enumerate(frontier):
-                slots[node] = slot + r
-                a = node
-                while a >= 0:
-                    mask[r, slots[a] - head.lo] = True
-                    a = parents[a]
-            inputs = torch.cat([self._last if parents[node] < 0 else outs[parents[node]] for node in frontier])
-            positions = torch.full((n,), base + d - 1, device=head.device)
-            out = head.step([tokens[node] for node in frontier], inputs, slot, positions=positions, mask=mask)
-            slot += n
-            lp = torch.log_softmax(head.logits_t(out), dim=-1)
-            top = torch.topk(lp, width, dim=-1)
-            candidates = []
-            for r, node in enumerate(frontier):
-                outs[node] = out[r : r + 1]
-                for value, token in zip(top.values[r].tolist(), top.indices[r].tolist(), strict=False):
-                    tokens.append(int(token))
-                    parents.append(node)
-                    depths.append(d + 1)
-                    scores.append(scores[node] + min(value, 0.0))
-                    candidates.append(len(tokens) - 1)
-            frontier = sorted(candidates, key=lambda i: -scores[i])[:width]
+        scores = [float(v) for v in values[0]]
+        outs: dict[int, object] = {}  # expanded node -> the head's output after it
+        frontier, tree = list(range(width)), head.tree(base)
+        try:
+            for d in range(1, depth):
+                inputs = [self._last if parents[node] < 0 else outs[parents[node]] for node in frontier]
+                out = tree.step([tokens[node] for node in frontier], inputs, frontier, parents, base + d - 1)
+                values, indices = head.top(out, width)
+                candidates = []
+                for r, node in enumerate(frontier):
+                    outs[node] = out[r : r + 1]
+                    for value, token in zip(values[r].tolist(), indices[r].tolist(), strict=False):
+                        tokens.append(int(token))
+                        parents.append(node)
+                        depths.append(d + 1)
+                        scores.append(scores[node] + min(value, 0.0))
+                        candidates.append(len(tokens) - 1)
+                frontier = sorted(candidates, key=lambda i: -scores[i])[:width]
+        finally:
+            tree.end()
         # the best-scoring tokens; a child never scores above its parent, so every parent is kept too
         keep = sorted(range(len(tokens)), key=lambda i: (-scores[i], depths[i]))[: self.tree_nodes]
         keep.sort(key=lambda i: (depths[i], -scores[i]))
@@ -203,8 +197,30 @@ class EagleDrafter(Drafter):
         self._tree_tokens += len(keep)
         return Draft(tuple(tokens[i] for i in keep), tuple(-1 if parents[i] < 0 else index[parents[i]] for i in keep))
 
+    def close(self) -> None:
+        close = getattr(self.head, "close", None)
+        if close is not None:
+            close()
+
     def figures(self) -> dict:
         out = {"eagle_positions_fed": self._fed, "eagle_head": head_summary(self.head)}
         if self._trees:
             out["mean_tree_tokens"] = round(self._tree_tokens / self._trees, 2)
         return out
+
+
+def _llama_head(path: Path, target):
+    """An EAGLE-3 head for a llama.cpp target: a GGUF file of architecture eagle3 (eagle_llama.py)."""
+    from localspec.drafters.eagle_llama import LlamaEagle3Head, is_gguf_head
+
+    if path.is_dir():  # a downloaded repo holding the GGUF head
+        found = sorted(path.glob("*.gguf"))
+        if len(found) == 1:
+            path = found[0]
+    if not is_gguf_head(path):
+        raise ConfigError(
+            f"{path}: on llama.cpp an EAGLE head is a GGUF file (architecture eagle3); "
+            f"`localspec convert-eagle {path} --target MODEL.gguf -o HEAD.gguf` writes one from a Hugging Face "
+            f"EAGLE-3 folder, or run this head with --backend torch"
+        )
+    return LlamaEagle3Head(path, target)

@@ -231,6 +231,21 @@ class EagleHead:
     def logits(self, out) -> np.ndarray:
         return self.logits_t(out).cpu().numpy()
 
+    def top(self, out, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k best next tokens after each row of ``out``: (log-probabilities, token ids), [rows, k] each."""
+        import torch
+
+        with torch.inference_mode():
+            best = torch.topk(torch.log_softmax(self.logits_t(out), dim=-1), k, dim=-1)
+        return best.values.float().cpu().numpy(), best.indices.cpu().numpy()
+
+    @staticmethod
+    def max_tree_depth(width: int) -> int:
+        return TREE_SLOTS // width  # the cache has TREE_SLOTS slots past the context
+
+    def tree(self, base: int) -> TorchTree:
+        return TorchTree(self, base)
+
     def _scores(self, x, weight):
         """x @ weight.T in float32. On CPU the vocabulary matrix is read in half precision: a draft step is
         bound by reading it (SmolLM2's 49152 x 576 in fp32: 10.6 ms a row, in fp16: 1.9 ms on this box's
@@ -345,6 +360,35 @@ class Eagle3Head(EagleHead):
             full = torch.full((out.shape[0], self.target_vocab), float("-inf"), device=self.device)
             full[:, self.draft_to_target] = draft
             return full
+
+
+class TorchTree:
+    """One tree's expansion in a torch head's cache: expanded nodes take the slots after the context, and
+    each row sees the context and the slots of its ancestors (its own included)."""
+
+    def __init__(self, head: EagleHead, base: int) -> None:
+        self.head, self.base, self.slot = head, base, base
+        self.slots: dict[int, int] = {}
+
+    def step(self, tokens: Sequence[int], inputs: Sequence, nodes: Sequence[int], parents: Sequence[int], position):
+        import torch
+
+        head, n = self.head, len(nodes)
+        mask = torch.zeros(n, self.slot + n - head.lo, dtype=torch.bool, device=head.device)
+        mask[:, : self.base - head.lo] = True
+        for r, node in enumerate(nodes):
+            self.slots[node] = self.slot + r
+            a = node
+            while a >= 0:
+                mask[r, self.slots[a] - head.lo] = True
+                a = parents[a]
+        positions = torch.full((n,), position, device=head.device)
+        out = head.step(tokens, torch.cat(list(inputs)), self.slot, positions=positions, mask=mask)
+        self.slot += n
+        return out
+
+    def end(self) -> None:
+        """Nothing to undo: the next feed overwrites the slots from the context's end."""
 
 
 def eagle3_layers(config: dict, n_layers: int) -> tuple[int, ...]:

@@ -164,6 +164,12 @@ def peer_config(
         if draft is None:
             types = [t for t in types if t != "draft-simple"]
             notes.append(f"server:draft-simple skipped: {why}")
+    head = None
+    if "draft-eagle3" in types:
+        head = session.drafters.options_of("eagle").head
+        if not head or Path(head).suffix != ".gguf":
+            types = [t for t in types if t != "draft-eagle3"]
+            notes.append("server:draft-eagle3 skipped: it needs --eagle-head HEAD.gguf (an eagle3 GGUF)")
     config = ServerConfig(
         binary,
         model,
@@ -172,6 +178,7 @@ def peer_config(
         n_batch=getattr(backend, "n_batch", 512),
         gpu_layers=gpu_layers,
         draft_model=draft,
+        eagle_head=Path(head) if head and "draft-eagle3" in types else None,
     )
     return config, types, notes
 
@@ -251,6 +258,7 @@ def run_bench(
             "binary": str(peer.binary),
             "types": list(peer_types),
             "draft_model": str(peer.draft_model) if peer.draft_model else None,
+            "eagle_head": str(peer.eagle_head) if peer.eagle_head else None,
             "argv": {t: peer.server(t, Path("log")).argv(0) for t in peer_types},
         }
     return report

@@ -32,7 +32,9 @@ SPEC_TYPES = {
     "ngram-mod": ["--spec-type", "ngram-mod"],
     "ngram-simple": ["--spec-type", "ngram-simple"],
     "draft-simple": ["--spec-type", "draft-simple"],
+    "draft-eagle3": ["--spec-type", "draft-eagle3"],  # its head: -md EAGLE3.gguf
 }
+DRAFT_TYPES = ("draft-simple", "draft-eagle3")  # the types that load a second model (-md)
 LOG_TAIL = 6  # lines of the server's log an error quotes
 
 
@@ -112,8 +114,8 @@ class LlamaServer:
     ) -> None:
         if spec_type not in SPEC_TYPES:
             raise PeerError(f"unknown llama-server speculation type {spec_type!r}; choose from {', '.join(SPEC_TYPES)}")
-        if spec_type == "draft-simple" and draft_model is None:
-            raise PeerError("server:draft-simple needs a draft model (-md DRAFT.gguf)")
+        if spec_type in DRAFT_TYPES and draft_model is None:
+            raise PeerError(f"server:{spec_type} needs a draft model or head (-md FILE.gguf)")
         self.binary, self.model, self.spec_type, self.log_path = Path(binary), Path(model), spec_type, Path(log_path)
         self.n_ctx, self.threads, self.n_batch, self.gpu_layers = n_ctx, threads, n_batch, gpu_layers
         self.draft_model = draft_model
@@ -148,7 +150,7 @@ class LlamaServer:
             "--no-webui",
             *SPEC_TYPES[self.spec_type],
         ]
-        if self.spec_type == "draft-simple":
+        if self.spec_type in DRAFT_TYPES:
             args += ["-md", str(self.draft_model)]
         return args
 
@@ -297,6 +299,7 @@ class ServerConfig:
     n_batch: int = 512
     gpu_layers: int = 0
     draft_model: Path | None = None  # for draft-simple
+    eagle_head: Path | None = None  # for draft-eagle3
 
     def server(self, spec_type: str, log_path: Path) -> LlamaServer:
         return LlamaServer(
@@ -308,7 +311,7 @@ class ServerConfig:
             log_path=log_path,
             n_batch=self.n_batch,
             gpu_layers=self.gpu_layers,
-            draft_model=self.draft_model,
+            draft_model=self.eagle_head if spec_type == "draft-eagle3" else self.draft_model,
         )
 
 

@@ -279,13 +279,16 @@ def test_the_head_keeps_its_cache_across_turns_and_trees_fit_the_context(tmp_pat
     write_eagle_head(tmp_path / "head", backend, "safetensors", with_embed=False)
     drafter = EagleDrafter(backend, tmp_path / "head", tree_nodes=12, tree_width=3)
     first = generate(backend, drafter, PROMPT, GREEDY, max_tokens=20, draft_tokens=3)
-    # every position whose next token is known was fed, the last step's features too
+    # every position whose next token is known was handed over, the last step's features too; what the
+    # head has not taken yet goes in with the next draft
+    drafter._catch_up()
     assert drafter._first == 0 and drafter._fed == len(PROMPT) + 20 - 1
     second = PROMPT + list(first.tokens) + [5, 6, 7]
     backend_plain = tiny("llama-gqa")
     plain = generate(backend_plain, NoDrafter(), second, GREEDY, max_tokens=20).tokens
     out = generate(backend, drafter, second, GREEDY, max_tokens=20, draft_tokens=3)
     assert out.tokens == plain
+    drafter._catch_up()
     assert drafter._first == 0 and drafter._fed == len(second) + 20 - 1  # continued, not started over
     # close to the end of the context a tree is cut to the slots that are left: the turn ends normally
     long_prompt = [int(t) for t in np.random.default_rng(4).integers(0, V, backend.n_ctx - 6)]

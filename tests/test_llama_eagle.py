@@ -294,3 +294,56 @@ def test_train_eagle3_learns_a_head_that_runs_on_torch_and_llama_cpp(tmp_path):
         got = generate(llama, drafter, prompt, GREEDY, max_tokens=40, exact_guard=DEFAULT_MARGIN["llama.cpp"])
         drafter.close()
     assert got.tokens == plain and got.stats.accepted > 0
+
+
+@pytest.mark.model
+def test_cli_converts_a_head_for_smollm2_and_runs_it_exactly(tmp_path):
+    """`convert-eagle` then `run --drafter eagle` on the real SmolLM2 GGUF (llama architecture: it hands out
+    layer inputs) with a random EAGLE-3 head of its shapes: the answer is plain decoding's, chains and trees."""
+    from test_cli import run_cli
+
+    from localspec.registry import resolve_model
+
+    _, model = resolve_model("smollm2-135m")
+    h, heads, kv, inter, vocab = 576, 9, 3, 1536, 49152
+    rng = torch.Generator().manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=rng) * 0.02
+
+    kept = torch.arange(0, vocab, 24)  # a 2048-token draft vocabulary
+    state = {
+        "fc.weight": rand(h, 3 * h),
+        "midlayer.hidden_norm.weight": torch.ones(h),
+        "midlayer.input_layernorm.weight": torch.ones(h),
+        "midlayer.post_attention_layernorm.weight": torch.ones(h),
+        "midlayer.self_attn.q_proj.weight": rand(heads * 64, 2 * h),
+        "midlayer.self_attn.k_proj.weight": rand(kv * 64, 2 * h),
+        "midlayer.self_attn.v_proj.weight": rand(kv * 64, 2 * h),
+        "midlayer.self_attn.o_proj.weight": rand(h, heads * 64),
+        "midlayer.mlp.gate_proj.weight": rand(inter, h),
+        "midlayer.mlp.up_proj.weight": rand(inter, h),
+        "midlayer.mlp.down_proj.weight": rand(h, inter),
+        "norm.weight": torch.ones(h),
+        "lm_head.weight": rand(len(kept), h),
+        "d2t": kept - torch.arange(len(kept)),
+    }
+    folder = tmp_path / "head"
+    folder.mkdir()
+    torch.save(state, folder / "pytorch_model.bin")
+    config = {"hidden_size": h, "num_attention_heads": heads, "num_key_value_heads": kv, "intermediate_size": inter}
+    (folder / "config.json").write_text(json.dumps({**config, "draft_vocab_size": len(kept), "vocab_size": vocab}))
+    head = tmp_path / "smollm2-eagle3.gguf"
+    made = run_cli("convert-eagle", str(folder), "--target", "smollm2-135m", "-o", str(head))
+    assert made.returncode == 0, made.stderr
+    assert "layers [2, 15, 27]" in made.stdout and head.is_file()
+    base = ["run", "--model", str(model), "--temperature", "0", "-n", "40", "--json", "Name three colors."]
+    plain = json.loads(run_cli(*base, "--drafter", "none").stdout)["text"]
+    for extra in ([], ["--eagle-tree", "8"]):
+        result = run_cli(*base, "--drafter", "eagle", "--eagle-head", str(head), *extra)
+        assert result.returncode == 0, result.stderr
+        out = json.loads(result.stdout)
+        assert out["text"] == plain and out["stats"]["drafted"] > 0
+    # a head for another model is one clear line, not a traceback
+    wrong = run_cli(*base, "--drafter", "eagle", "--eagle-head", str(folder))
+    assert wrong.returncode != 0 and "Traceback" not in wrong.stderr and "convert-eagle" in wrong.stderr

@@ -319,3 +319,15 @@ def test_real_llama_server_matches_localspec_plain(tmp_path):
         ms["server:plain"]["decode_tok_s"] > 0 and ms["server:plain"]["prompt_n"] == report["cases"][0]["prompt_tokens"]
     )
     assert ms["server:ngram-simple"]["ratio_to_plain"] is not None
+
+
+def test_draft_eagle3_gives_the_server_the_eagle_head_and_needs_one(tmp_path, fake):
+    head = tmp_path / "head.gguf"
+    head.write_bytes(b"GGUF")
+    config = fake.config(eagle_head=head)
+    argv = config.server("draft-eagle3", tmp_path / "log").argv(1234)
+    flags = dict(zip(argv, argv[1:], strict=False))
+    assert flags["--spec-type"] == "draft-eagle3" and flags["-md"] == str(head)
+    assert config.server("draft-simple", tmp_path / "log").argv(1)[-1] == str(fake.draft)
+    with pytest.raises(PeerError, match="draft-eagle3 needs"):
+        fake.config().server("draft-eagle3", tmp_path / "log")

@@ -20,6 +20,7 @@ per expanded node) and ranks its outputs (``head.top``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +109,8 @@ class EagleDrafter(Drafter):
         self._first: int | None = None
         self._context: Sequence[int] = ()  # the context of the last feed (the engine's list: it grows)
         self._last = None  # the head's output after the last fed position
+        self._pending: list[Features] = []  # features handed over on steps that drafted nothing, not yet fed
+        self._per_row = 0.0  # seconds a batched catch-up took per position, last time
         self._trees = self._tree_tokens = 0
 
     def describe(self) -> str:
@@ -117,6 +120,7 @@ class EagleDrafter(Drafter):
     def begin(self, prompt: Sequence[int]) -> None:
         """A new turn keeps the head's cache for the part of the conversation that did not change: slot j
         (token j+1, feature j) stays valid while tokens 0..j+1 are the same."""
+        self._catch_up()  # what the last turn handed over belongs to its context
         if self._first is not None:
             same = common_prefix(self._context, prompt)
             self._fed = max(0, min(self._fed, same - 1 - self._first))
@@ -125,17 +129,45 @@ class EagleDrafter(Drafter):
     def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
         if features is not None:
             self.feed(context, features)
-        if self._last is None or max_tokens <= 0:
+        self.catchup_s = 0.0
+        if max_tokens <= 0:
+            return Draft()
+        self._catch_up()
+        if self._last is None:
             return Draft()
         if self.tree_nodes:
             return self._tree(max_tokens)
         return self._chain(max_tokens)
 
     def feed(self, context: Sequence[int], features: Features) -> None:
-        """The target's features [n, F] of positions features.start.. (the newly verified ones) into the head's
-        cache."""
+        """Keep the target's features of the newly verified positions; they go into the head's cache in one
+        batched call when a draft is next asked for (one head pass per step that drafts nothing cost ~7% of
+        SmolLM2's decoding on llama.cpp)."""
+        self._context, self.catchup_s = context, 0.0
+        last = self._pending[-1] if self._pending else None
+        if last is not None and features.start == last.start + len(last.rows):  # contiguous: one batch
+            self._pending[-1] = Features(last.start, np.concatenate([last.rows, features.rows]))
+        else:
+            self._pending.append(features)
+
+    def catchup_estimate(self, context: Sequence[int]) -> float:
+        behind = sum(len(f.rows) for f in self._pending)
+        return behind * self._per_row if behind > 1 else 0.0
+
+    def _catch_up(self) -> None:
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        t0, rows = time.perf_counter(), sum(len(f.rows) for f in pending)
+        for features in pending:
+            self._feed_now(self._context, features)
+        if rows > 1:  # one row a step is what drafting every step costs anyway
+            self.catchup_s = (time.perf_counter() - t0) * (rows - 1) / rows
+            self._per_row = self.catchup_s / (rows - 1)
+
+    def _feed_now(self, context: Sequence[int], features: Features) -> None:
+        """The target's features [n, F] of positions features.start.. into the head's cache."""
         pos, rows = features.start, features.rows
-        self._context = context
         if self._first is None:
             self._first = pos
         end = self._first + self._fed

@@ -144,8 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--peer-types",
         default="plain,ngram-mod,ngram-simple,draft-simple",
-        help="--peer: llama-server speculation types, methods server:TYPE; draft-eagle3 uses --eagle-head (a GGUF); draft-simple uses "
-        "--draft-model or the model's first draft (default: plain,ngram-mod,ngram-simple,"
+        help="--peer: llama-server speculation types, methods server:TYPE; draft-eagle3 uses --eagle-head "
+        "(a GGUF); draft-simple uses --draft-model or the model's first draft (default: plain,ngram-mod,ngram-simple,"
         "draft-simple; plain is always run)",
     )
 

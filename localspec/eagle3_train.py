@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from localspec.eagle_save import EAGLE_LAYER_NAMES, head_config
+
 STEPS = 3  # drafted tokens trained per position (training-time test)
 STEP_WEIGHT = 0.8
 DRAFT_VOCAB = 8192  # at most this many draft-vocabulary tokens (the corpus's most frequent)
@@ -168,8 +170,6 @@ class Eagle3TrainHead:
             "norm.weight": self.norm.weight,
             "lm_head.weight": self.lm_head.weight,
         }
-        from localspec.eagle_train import EAGLE_LAYER_NAMES
-
         for ours, theirs in EAGLE_LAYER_NAMES.items():
             state[f"midlayer.{theirs}.weight"] = getattr(layer, ours).weight
         state = {k: v.detach().contiguous().clone() for k, v in state.items()}
@@ -180,8 +180,6 @@ class Eagle3TrainHead:
         return state
 
     def config(self) -> dict:
-        from localspec.eagle_train import head_config
-
         return head_config(
             self.cfg,
             "LlamaForCausalLMEagle3",

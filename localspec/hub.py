@@ -168,13 +168,30 @@ def _explain(exc: Exception, repo: str, filename: str | None) -> LocalspecError:
             f"cannot download {what}: offline or the Hub is unreachable ({kind}); models already "
             f"downloaded keep working — `localspec list` shows them"
         )
-    if "RepositoryNotFound" in kind or "GatedRepo" in kind:
+    if "GatedRepo" in kind:
+        return _gated(exc, repo)
+    if "RepositoryNotFound" in kind:
         return HubError(
-            f"the Hub has no repository {repo} (or it needs a login: huggingface-cli login); check models.toml"
+            f"the Hub has no repository {repo} (or it needs a login: hf auth login); check models.toml"
         )
     if "EntryNotFound" in kind or "RevisionNotFound" in kind:
         return HubError(f"the Hub repository {repo} has no {filename or 'such revision'}; check models.toml")
     return HubError(f"downloading {what} failed: {kind}: {exc}")
+
+
+def _gated(exc: Exception, repo: str) -> HubError:
+    """A gated repository (Gemma, Llama): without a token the user must log in; with one, accept the terms."""
+    page = f"https://huggingface.co/{repo}"
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if status == 403:
+        return HubError(
+            f"{repo} is gated and your Hugging Face token has no access to it yet: accept its terms at {page} "
+            f"(logged in as the token's user), then pull again"
+        )
+    return HubError(
+        f"{repo} is gated: accept its terms at {page}, then give a token of that account in HF_TOKEN "
+        f"(or run `hf auth login`) and pull again"
+    )
 
 
 def _progress_class():

@@ -25,6 +25,7 @@ class Hub:
         self.repos: dict[str, dict[str, bytes]] = {}
         self.drop_once: set[str] = set()
         self.corrupt: set[str] = set()
+        self.gated: set[str] = set()  # repos that answer 401 without a token, 403 with one (no access granted)
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range header)
         self._server: ThreadingHTTPServer | None = None
 
@@ -91,6 +92,10 @@ class Hub:
             def _answer(self, body: bool) -> None:
                 path = unquote(urlparse(self.path).path)
                 hub.requests.append((self.command, path, self.headers.get("Range")))
+                gated = next((r for r in hub.gated if f"/{r}/" in path + "/"), None)
+                if gated is not None:  # as the Hub answers for a gated repo whose terms were not accepted
+                    status = 403 if self.headers.get("Authorization") else 401
+                    return self._json(status, {"error": f"Access to model {gated} is restricted."}, "GatedRepo")
                 if path.startswith("/api/models/"):
                     return self._api(path[len("/api/models/") :])
                 found = hub.lookup(path)

@@ -61,6 +61,11 @@ files = { Q4 = "big.gguf" }
 repo = "test/ghost"
 files = { Q4 = "ghost.gguf" }
 
+[models.gated]
+[models.gated.gguf]
+repo = "test/gated-GGUF"
+files = { Q4 = "gated.gguf" }
+
 [models.halfway]
 [models.halfway.gguf]
 repo = "test/tiny-GGUF"
@@ -81,6 +86,8 @@ def hub(tmp_path):
     server.add("test/tiny-eagle", "pytorch_model.bin", bytes(2048))
     server.add("test/tiny-eagle-GGUF", "tiny-eagle3.gguf", gguf_bytes("tiny eagle3"))
     server.add("test/tiny-eagle-GGUF", "README.md", b"not needed")
+    server.add("test/gated-GGUF", "gated.gguf", gguf_bytes("gated"))
+    server.gated.add("test/gated-GGUF")
     # bigger than huggingface-hub's 10 MB read chunk, so a dropped connection leaves whole chunks to resume from
     server.add("test/big-GGUF", "big.gguf", gguf_bytes("big", padding=24 << 20))
     server.start()
@@ -221,6 +228,14 @@ def test_llama_cpp_pull_fetches_the_gguf_eagle_head_models_toml_names(hub, tmp_p
     snapshots = tmp_path / "hf" / "hub" / "models--test--tiny-eagle-GGUF" / "snapshots"
     assert {p.name for p in next(snapshots.iterdir()).iterdir()} == {"tiny-eagle3.gguf"}
     assert not (tmp_path / "hf" / "hub" / "models--test--tiny-eagle").exists()  # the torch head is not fetched
+
+
+def test_a_gated_repo_names_the_page_to_accept_and_hf_token(hub, tmp_path):
+    no_token = run_cli("pull", "gated", env={**hub.env, "HF_TOKEN": ""})  # 401: not logged in
+    assert_fails_with(no_token, "test/gated-GGUF is gated", "https://huggingface.co/test/gated-GGUF", "HF_TOKEN")
+    no_access = run_cli("pull", "gated", env={**hub.env, "HF_TOKEN": "hf_notgranted"})  # 403: logged in, no access
+    assert_fails_with(no_access, "token has no access", "accept its terms at https://huggingface.co/test/gated-GGUF")
+    assert not list((tmp_path / "hf").rglob("gated.gguf"))  # nothing half-downloaded is left as the model
 
 
 def test_unreachable_hub_is_the_offline_message(hub):

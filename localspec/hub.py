@@ -171,9 +171,7 @@ def _explain(exc: Exception, repo: str, filename: str | None) -> LocalspecError:
     if "GatedRepo" in kind:
         return _gated(exc, repo)
     if "RepositoryNotFound" in kind:
-        return HubError(
-            f"the Hub has no repository {repo} (or it needs a login: hf auth login); check models.toml"
-        )
+        return HubError(f"the Hub has no repository {repo} (or it needs a login: hf auth login); check models.toml")
     if "EntryNotFound" in kind or "RevisionNotFound" in kind:
         return HubError(f"the Hub repository {repo} has no {filename or 'such revision'}; check models.toml")
     return HubError(f"downloading {what} failed: {kind}: {exc}")

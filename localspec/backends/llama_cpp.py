@@ -175,6 +175,11 @@ class LlamaCppBackend(Backend):
         self.feature_layers: tuple[int, ...] = ()
         if self.metadata("general.architecture") in LAYER_INPUT_ARCHS:
             self.capabilities = replace(self.capabilities, hidden_states=True, feature_layers=True)
+        # a recurrent state (Mamba, RWKV; the hybrid Qwen3.5, Jamba, Granite-4) is not cut back by position:
+        # no speculation, and a truncate starts the sequence over
+        self.recurrent = bool(lib.llama_model_is_recurrent(self._model) or lib.llama_model_is_hybrid(self._model))
+        if self.recurrent:
+            self.capabilities = replace(self.capabilities, can_truncate=False, tree_attention=False)
         self._batch = lib.llama_batch_init(self.n_batch, 0, self.max_branches + 1)
         if batch_invariant and not mparams.use_extra_bufts:
             self._reference = cpu_reference_mode(self._ctx)
@@ -283,7 +288,11 @@ class LlamaCppBackend(Backend):
         keep = max(0, keep)
         # Always ask llama.cpp, even if our list is short already: a Ctrl-C that lands between a decode and
         # the bookkeeping after it must not leave stray cells in the cache.
-        self._lib.llama_memory_seq_rm(self._mem, 0, keep, -1)
+        if not self._lib.llama_memory_seq_rm(self._mem, 0, keep, -1):
+            # llama.cpp cannot cut a recurrent state back to a position: drop the sequence, so that the next
+            # prefill computes it again from the start (plain decoding stays right, if slower across turns)
+            self._lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
+            keep = 0
         self._drop_branches()
         del self._tokens[keep:]
 

@@ -73,6 +73,8 @@ def stream_generate(
             # guard held a near-tie back, a single-token step decides it, as plain decoding does
             t0 = time.perf_counter()
             cap = min(policy.max_k, max_tokens - stats.generated - 1, backend.n_ctx - len(context))
+            if backend.max_rollback is not None:  # a recurrent state rolls back so far: rejected drafts must fit
+                cap = min(cap, backend.max_rollback)
             k = policy.plan(cap, drafter.catchup_estimate(context)) if cap > 0 and not held else 0
             tp = time.perf_counter()
             # propose

@@ -216,6 +216,9 @@ class Session:
             text += f" + draft {draft}"
         about = self.drafter.describe()
         text += f" · drafter {self.drafter.name}{f' ({about})' if about else ''}, {self.speclen.label}"
+        rollback = self.backend.max_rollback  # a recurrent state: drafts no longer than its snapshots reach
+        if rollback is not None:
+            text += f" · recurrent state: {f'drafts of at most {rollback} tokens' if rollback else 'no speculation'}"
         if self.invariant_now():
             text += " · exact: batch-invariant kernels"
         elif self.exact_guard is not None and self.sampling.greedy:

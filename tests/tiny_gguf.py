@@ -43,11 +43,11 @@ def _q4_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
 VOCAB = _bytes_to_unicode() + ["ab", "<|endoftext|>"]  # llama.cpp's BPE loader wants a merge
 
 
-def _llama_header(path: Path, name: str, embd: int, layers: int, ff: int, heads: int, kv_heads: int):
-    """A GGUF writer with the llama metadata and the byte-level vocabulary written."""
+def _llama_header(path: Path, name: str, embd: int, layers: int, ff: int, heads: int, kv_heads: int, arch="llama"):
+    """A GGUF writer with the llama-style metadata and the byte-level vocabulary written."""
     import gguf
 
-    w = gguf.GGUFWriter(str(path), "llama")
+    w = gguf.GGUFWriter(str(path), arch)
     w.add_name(name)
     w.add_context_length(2048)
     w.add_embedding_length(embd)

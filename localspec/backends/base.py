@@ -44,6 +44,7 @@ class Backend:
     add_bos: bool = False
     chat_template: str | None = None
     model_name: str = ""
+    max_rollback: int | None = None  # the most positions truncate may cut back at once (None: any)
 
     def __init__(self) -> None:
         self._tokens: list[int] = []

@@ -38,6 +38,7 @@ GGUF_MAGIC = b"GGUF"
 DEFAULT_CTX = 4096  # where the model does not say its trained context (or the memory cannot be read)
 MIN_DEFAULT_CTX = 2048  # the default context is at least this (or the trained one, if shorter)
 MAX_BRANCHES = 63  # leaves of a verified tree, each a llama.cpp sequence beside sequence 0
+RS_SNAPSHOTS = 16  # positions a recurrent state can be rolled back by (llama.cpp's n_rs_seq): the draft cap
 KV_SHARE = 0.5  # the default context's KV cache takes at most this share of the memory available at load
 # architectures whose llama.cpp graph hands out its layers' inputs (res->t_layer_inp): EAGLE-3's features
 LAYER_INPUT_ARCHS = frozenset(
@@ -155,36 +156,46 @@ class LlamaCppBackend(Backend):
         self._init_vocab()
         if vocab_only:
             return
-        cparams = lib.llama_context_default_params()
-        cparams.n_ctx = self.n_ctx
-        cparams.n_batch = cparams.n_ubatch = self.n_batch = min(n_batch, self.n_ctx)
-        # llama.cpp reserves its graphs for a batch of one token per sequence: no more sequences than a batch
-        self.max_branches = min(MAX_BRANCHES, self.n_batch - 1)
-        cparams.n_seq_max = self.max_branches + 1
-        cparams.kv_unified = True  # one cache that every sequence's cells share (tree verification)
-        cparams.n_threads = cparams.n_threads_batch = threads
-        cparams.no_perf = True
-        self._ctx = lib.llama_init_from_model(self._model, cparams)
-        if not self._ctx:
-            raise ModelError(
-                f"llama.cpp could not create a context of {self.n_ctx} tokens for {self.path}: "
-                f"{_last_error()}; try a smaller --ctx"
-            )
+        # a recurrent state (Mamba, RWKV; the hybrid Qwen3.5, Jamba, Granite-4) is not cut back by position:
+        # where llama.cpp keeps per-position snapshots of it (n_rs_seq) a cut of up to that many positions works
+        # and speculation is capped there; elsewhere no speculation, and a deeper cut starts the sequence over
+        self.recurrent = bool(lib.llama_model_is_recurrent(self._model) or lib.llama_model_is_hybrid(self._model))
+        self.n_batch = min(n_batch, self.n_ctx)
+        self._ctx = self._new_context(threads)
         self._mem = lib.llama_get_memory(self._ctx)
         self.n_layers, self.hidden_size = lib.llama_model_n_layer(self._model), lib.llama_model_n_embd(self._model)
         self.feature_layers: tuple[int, ...] = ()
         if self.metadata("general.architecture") in LAYER_INPUT_ARCHS:
             self.capabilities = replace(self.capabilities, hidden_states=True, feature_layers=True)
-        # a recurrent state (Mamba, RWKV; the hybrid Qwen3.5, Jamba, Granite-4) is not cut back by position:
-        # no speculation, and a truncate starts the sequence over
-        self.recurrent = bool(lib.llama_model_is_recurrent(self._model) or lib.llama_model_is_hybrid(self._model))
+        self.max_rollback = lib.llama_n_rs_seq(self._ctx) if self.recurrent else None
         if self.recurrent:
-            self.capabilities = replace(self.capabilities, can_truncate=False, tree_attention=False)
+            self.capabilities = replace(self.capabilities, can_truncate=self.max_rollback > 0, tree_attention=False)
         self._batch = lib.llama_batch_init(self.n_batch, 0, self.max_branches + 1)
         if batch_invariant and not mparams.use_extra_bufts:
             self._reference = cpu_reference_mode(self._ctx)
             if self._reference is not None:
                 self.capabilities = replace(self.capabilities, batch_invariant=True)
+
+    def _new_context(self, threads: int):
+        lib = self._lib
+        cparams = lib.llama_context_default_params()
+        cparams.n_ctx = self.n_ctx
+        cparams.n_batch = cparams.n_ubatch = self.n_batch
+        # llama.cpp reserves its graphs for a batch of one token per sequence: no more sequences than a batch;
+        # a recurrent model keeps a state per sequence (and verifies no trees): one
+        self.max_branches = 0 if self.recurrent else min(MAX_BRANCHES, self.n_batch - 1)
+        cparams.n_seq_max = self.max_branches + 1
+        cparams.kv_unified = True  # one cache that every sequence's cells share (tree verification)
+        cparams.n_rs_seq = RS_SNAPSHOTS if self.recurrent else 0  # clamped to 0 where the arch has none
+        cparams.n_threads = cparams.n_threads_batch = threads
+        cparams.no_perf = True
+        ctx = lib.llama_init_from_model(self._model, cparams)
+        if not ctx:
+            raise ModelError(
+                f"llama.cpp could not create a context of {self.n_ctx} tokens for {self.path}: "
+                f"{_last_error()}; try a smaller --ctx"
+            )
+        return ctx
 
     def kv_bytes_per_token(self) -> int:
         """f16 keys and values of every layer for one token (the GGUF's head sizes, else n_embd / n_head)."""
@@ -289,10 +300,14 @@ class LlamaCppBackend(Backend):
         # Always ask llama.cpp, even if our list is short already: a Ctrl-C that lands between a decode and
         # the bookkeeping after it must not leave stray cells in the cache.
         if not self._lib.llama_memory_seq_rm(self._mem, 0, keep, -1):
-            # llama.cpp cannot cut a recurrent state back to a position: drop the sequence, so that the next
-            # prefill computes it again from the start (plain decoding stays right, if slower across turns)
+            # llama.cpp cannot cut this recurrent state back so far (past its snapshots, or it has none):
+            # compute the kept positions again from the start
+            kept = self._tokens[:keep]
             self._lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
-            keep = 0
+            self._drop_branches()
+            self._tokens.clear()
+            self.prefill(kept)
+            return
         self._drop_branches()
         del self._tokens[keep:]
 

@@ -40,9 +40,8 @@ def main() -> None:
                 t0 = time.perf_counter()
                 b.truncate(args.context + 32 - back)
                 times.append(time.perf_counter() - t0)
-            rows.append(
-                {"rollback": back, "within_snapshots": back <= RS_SNAPSHOTS, "median_ms": statistics.median(times) * 1e3}
-            )
+            median_ms = statistics.median(times) * 1e3
+            rows.append({"rollback": back, "within_snapshots": back <= RS_SNAPSHOTS, "median_ms": median_ms})
             print(rows[-1])
     report = {"model": "tiny random qwen35 (tests/tiny_hybrid.py)", "context": args.context, "n_rs_seq": RS_SNAPSHOTS}
     Path(args.out).write_text(json.dumps({**report, "rows": rows}, indent=1))

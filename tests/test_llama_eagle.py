@@ -223,6 +223,12 @@ def test_heads_for_another_model_or_in_the_wrong_layout_are_refused(files, llama
         pytest.raises(ConfigError, match=r"layers \[2, 4, 5\].*another model"),
     ):
         EagleDrafter(other, d / "head.gguf")
+    bigger = write_tiny_f32_llama(tmp_path / "bigger.gguf", extra_tokens=6)  # same shapes, 264 tokens
+    with (
+        LlamaCppBackend(bigger, n_ctx=128, n_threads=2) as other,
+        pytest.raises(ConfigError, match="258-token vocabulary.*264.*another model"),
+    ):
+        EagleDrafter(other, d / "head.gguf")
     # the converter refuses a head for another target, and EAGLE-1 heads (llama.cpp runs EAGLE-3 only)
     with pytest.raises(ConfigError, match="another model"):
         convert_eagle(d / "head", wide, tmp_path / "x.gguf")

@@ -43,7 +43,9 @@ def _q4_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
 VOCAB = _bytes_to_unicode() + ["ab", "<|endoftext|>"]  # llama.cpp's BPE loader wants a merge
 
 
-def _llama_header(path: Path, name: str, embd: int, layers: int, ff: int, heads: int, kv_heads: int, arch="llama"):
+def _llama_header(
+    path: Path, name: str, embd: int, layers: int, ff: int, heads: int, kv_heads: int, arch="llama", vocab=VOCAB
+):
     """A GGUF writer with the llama-style metadata and the byte-level vocabulary written."""
     import gguf
 
@@ -57,14 +59,14 @@ def _llama_header(path: Path, name: str, embd: int, layers: int, ff: int, heads:
     w.add_head_count_kv(kv_heads)
     w.add_rope_dimension_count(embd // heads)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_vocab_size(len(VOCAB))
+    w.add_vocab_size(len(vocab))
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
-    w.add_token_list(VOCAB)
-    w.add_token_types([gguf.TokenType.NORMAL] * 257 + [gguf.TokenType.CONTROL])
+    w.add_token_list(vocab)
+    w.add_token_types([gguf.TokenType.NORMAL] * 257 + [gguf.TokenType.CONTROL] * (len(vocab) - 257))
     w.add_token_merges(["a b"])
-    w.add_bos_token_id(len(VOCAB) - 1)
-    w.add_eos_token_id(len(VOCAB) - 1)
+    w.add_bos_token_id(len(vocab) - 1)
+    w.add_eos_token_id(len(vocab) - 1)
     return w
 
 
@@ -77,21 +79,22 @@ def _finish(w, path: Path) -> Path:
 
 
 def write_tiny_f32_llama(
-    path: Path, seed: int = 0, embd=64, layers=8, ff=128, heads=4, kv_heads=2, scale=0.5, focus=0
+    path: Path, seed: int = 0, embd=64, layers=8, ff=128, heads=4, kv_heads=2, scale=0.5, focus=0, extra_tokens=0
 ) -> Path:
     """A random float32 llama GGUF that the torch backend (dequantizing nothing) and llama.cpp both run:
     the same weights on both sides, so their hidden states and logits can be compared. ``focus`` > 0: only
     tokens 0..focus-1 get output rows (the others' logits are 0), so a few tokens carry most of the mass."""
     rng = np.random.default_rng(seed)
-    w = _llama_header(path, "tiny-f32-llama", embd, layers, ff, heads, kv_heads)
+    vocab = VOCAB[:-1] + [f"<|extra_{i}|>" for i in range(extra_tokens)] + VOCAB[-1:]  # control tokens
+    w = _llama_header(path, "tiny-f32-llama", embd, layers, ff, heads, kv_heads, vocab=vocab)
     head_dim = embd // heads
 
     def rand(*shape):
         return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
 
-    w.add_tensor("token_embd.weight", (rng.standard_normal((len(VOCAB), embd))).astype(np.float32))
+    w.add_tensor("token_embd.weight", (rng.standard_normal((len(vocab), embd))).astype(np.float32))
     w.add_tensor("output_norm.weight", np.ones(embd, dtype=np.float32))
-    output = rand(len(VOCAB), embd) * 8
+    output = rand(len(vocab), embd) * 8
     if focus:
         output[focus:] = 0
     w.add_tensor("output.weight", output)

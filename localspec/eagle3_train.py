@@ -49,7 +49,7 @@ class Eagle3TrainHead:
 
         torch.manual_seed(seed)
         t = target_model.cfg
-        self.layers, h = tuple(layers), t.hidden_size
+        self.feature_layers, h = tuple(layers), t.hidden_size
         self.cfg = DecoderConfig(
             1, h, t.intermediate_size, 1, t.n_heads, t.n_kv_heads, t.head_dim, rms_eps=t.rms_eps,
             rope_theta=t.rope_theta, rope_scaling=t.rope_scaling, tie_embeddings=True, max_positions=t.max_positions,
@@ -60,7 +60,7 @@ class Eagle3TrainHead:
         layer.q = nn.Linear(2 * h, c.n_heads * c.head_dim, bias=False)
         layer.k = nn.Linear(2 * h, c.n_kv_heads * c.head_dim, bias=False)
         layer.v = nn.Linear(2 * h, c.n_kv_heads * c.head_dim, bias=False)
-        self.fc = nn.Linear(len(self.layers) * h, h, bias=False)
+        self.fc = nn.Linear(len(self.feature_layers) * h, h, bias=False)
         self.input_norm, self.hidden_norm, self.norm = (RMSNorm(h, c.rms_eps) for _ in range(3))
         target_head = target_model.embed.weight if target_model.lm_head is None else target_model.lm_head.weight
         self.target_head = target_head.detach().float().cpu()
@@ -92,7 +92,6 @@ class Eagle3TrainHead:
         """(features [n, 3H], the target's greedy next token after each position [n]) of one window."""
         import torch
 
-        backend.set_feature_layers(self.layers)
         out = backend.forward(piece, return_hidden=True)
         return torch.from_numpy(out.hidden), torch.from_numpy(out.logits.argmax(-1))
 
@@ -186,5 +185,5 @@ class Eagle3TrainHead:
             vocab_size=self.vocab_size,
             draft_vocab_size=len(self.draft_ids),
             # the layers' outputs (SpecForge's convention): the inputs of layers + 1, which the head reads
-            eagle_config={"eagle_aux_hidden_state_layer_ids": [i - 1 for i in self.layers]},
+            eagle_config={"eagle_aux_hidden_state_layer_ids": [i - 1 for i in self.feature_layers]},
         )

@@ -88,6 +88,8 @@ def chunk(seqs: Sequence[Sequence[int]], seq_len: int) -> list[list[int]]:
 class TrainHead:
     """An EAGLE-1 head as trainable modules: fc over [embedding; feature] and one Llama layer without input norm."""
 
+    feature_layers = (-1,)  # the last layer's normed output, what the target's LM head reads
+
     def __init__(self, target_model, seed: int) -> None:
         import torch
         from torch import nn
@@ -139,7 +141,6 @@ class TrainHead:
         """The target's last-layer features [n, H] of one window (what the head learns to predict)."""
         import torch
 
-        backend.set_feature_layers((-1,))
         return torch.from_numpy(backend.prefill_features(piece))
 
     def loss(self, tokens, feats, noise: float, rng) -> tuple:
@@ -294,6 +295,7 @@ def _new_head(backend, config: TrainConfig):
 def _target_features(backend, head, pieces: list[list[int]], log, started: float) -> dict:
     """What the head learns from, for every window (``head.target_data``)."""
     features = {}
+    backend.set_feature_layers(head.feature_layers)
     for i, piece in enumerate(pieces):
         backend.truncate(0)
         features[i] = head.target_data(backend, piece)

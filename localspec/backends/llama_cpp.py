@@ -158,7 +158,7 @@ class LlamaCppBackend(Backend):
             return
         # a recurrent state (Mamba, RWKV; the hybrid Qwen3.5, Jamba, Granite-4) is not cut back by position:
         # where llama.cpp keeps per-position snapshots of it (n_rs_seq) a cut of up to that many positions works
-        # and speculation is capped there; elsewhere no speculation, and a deeper cut starts the sequence over
+        # and speculation is capped there; elsewhere no speculation, and a deeper cut prefills the kept part again
         self.recurrent = bool(lib.llama_model_is_recurrent(self._model) or lib.llama_model_is_hybrid(self._model))
         self.n_batch = min(n_batch, self.n_ctx)
         self._ctx = self._new_context(threads)
@@ -299,17 +299,16 @@ class LlamaCppBackend(Backend):
         keep = max(0, keep)
         # Always ask llama.cpp, even if our list is short already: a Ctrl-C that lands between a decode and
         # the bookkeeping after it must not leave stray cells in the cache.
+        again = None
         if not self._lib.llama_memory_seq_rm(self._mem, 0, keep, -1):
             # llama.cpp cannot cut this recurrent state back so far (past its snapshots, or it has none):
             # compute the kept positions again from the start
-            kept = self._tokens[:keep]
+            again, keep = self._tokens[:keep], 0
             self._lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
-            self._drop_branches()
-            self._tokens.clear()
-            self.prefill(kept)
-            return
         self._drop_branches()
         del self._tokens[keep:]
+        if again:
+            self.prefill(again)
 
     def save_state(self):
         """A ctypes byte array (bytes-like; copied once, out of llama.cpp)."""
@@ -497,20 +496,25 @@ class LlamaCppBackend(Backend):
         return int(self._lib.llama_model_size(self._model)) if self._model else 0
 
     def close(self) -> None:
-        lib = self._lib
         if self._batch is not None:
-            lib.llama_batch_free(self._batch)
+            self._lib.llama_batch_free(self._batch)
             self._batch = None
-        if self._ctx:
-            lib.llama_free(self._ctx)
-            self._ctx = None
-        if self._model:
-            lib.llama_model_free(self._model)
-            self._model = None
+        free_context_and_model(self)
 
     def __del__(self) -> None:
         if getattr(self, "_lib", None) is not None:
             self.close()
+
+
+def free_context_and_model(owner) -> None:
+    """Free ``owner._ctx`` and ``owner._model`` (the context first) and clear them; safe to call twice."""
+    lib = owner._lib
+    if owner._ctx:
+        lib.llama_free(owner._ctx)
+        owner._ctx = None
+    if owner._model:
+        lib.llama_model_free(owner._model)
+        owner._model = None
 
 
 def _chain_first(up: Sequence[int]) -> list[int]:

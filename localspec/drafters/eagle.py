@@ -141,8 +141,8 @@ class EagleDrafter(Drafter):
 
     def feed(self, context: Sequence[int], features: Features) -> None:
         """Keep the target's features of the newly verified positions; they go into the head's cache in one
-        batched call when a draft is next asked for (one head pass per step that drafts nothing cost ~7% of
-        SmolLM2's decoding on llama.cpp)."""
+        batched call when a draft is next asked for (a head pass per step that drafts nothing, ~0.7 ms on
+        SmolLM2's llama.cpp head, is ~7% of its 9 ms step)."""
         self._context, self.catchup_s = context, 0.0
         last = self._pending[-1] if self._pending else None
         if last is not None and features.start == last.start + len(last.rows):  # contiguous: one batch

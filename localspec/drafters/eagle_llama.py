@@ -214,16 +214,12 @@ class LlamaEagle3Head:
         return np.ctypeslib.as_array(ptr, shape=(n, width)).copy()
 
     def close(self) -> None:
-        lib = self._lib
+        from localspec.backends.llama_cpp import free_context_and_model
+
         if self._batch is not None:
-            lib.llama_batch_ext_free(self._batch)
+            self._lib.llama_batch_ext_free(self._batch)
             self._batch = None
-        if self._ctx:
-            lib.llama_free(self._ctx)
-            self._ctx = None
-        if self._model:
-            lib.llama_model_free(self._model)
-            self._model = None
+        free_context_and_model(self)
 
 
 class LlamaTree:

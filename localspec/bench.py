@@ -111,17 +111,19 @@ def make_methods(spec: str, session: Session, default_k, scratch: str | None = N
 
 
 def _make_method(item: str, session: Session, default_k, cache_dir: Path | None) -> Runner:
-    match = re.fullmatch(r"([a-z]+)(?:@([a-z0-9:]+))?(?:#(\d+))?(?:@([a-z0-9:]+))?(\+noguard)?", item)
+    match = re.fullmatch(
+        r"([a-z]+(?:\+(?!noguard\b)[a-z]+)?)(?:@([a-z0-9:]+))?(?:#(\d+))?(?:@([a-z0-9:]+))?(\+noguard)?", item
+    )
     if not match or (match.group(2) and match.group(4)):
         raise ConfigError(
             f"--drafters {item!r}: expected NAME, NAME@K or eagle#N (trees of N tokens), optionally +noguard"
         )
     name, k, tree = match.group(1), match.group(2) or match.group(4), match.group(3)
-    options = {}
-    if cache_dir and name == "suffix":
+    options, members = {}, name.split("+")
+    if cache_dir and "suffix" in members:
         options["cache_dir"] = str(cache_dir)
     if tree:
-        if name != "eagle":
+        if "eagle" not in members:
             raise ConfigError(f"--drafters {item!r}: #N (tree size) goes with eagle, e.g. eagle#16")
         options["tree"] = int(tree)
     # LOCALSPEC_NO_COST_CACHE=1 benchmarks the very first start (no measured cost curve)

@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--drafter",
         "-d",
-        help=f"one of: {', '.join(DRAFTERS)} (default: the model's first in models.toml, else {DEFAULT_DRAFTER})",
+        help=f"one of: {', '.join(DRAFTERS)}, or a chain COPY+MODEL such as suffix+draft (default: the model's "
+        f"first in models.toml, else {DEFAULT_DRAFTER})",
     )
     g.add_argument(
         "--draft-tokens",

@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 
 from localspec.drafters.context import DrafterContext
-from localspec.drafters.table import DRAFTERS, DrafterSetup, drafter_kind
+from localspec.drafters.table import DRAFTERS, DrafterSetup, chain_members, drafter_kind
 from localspec.errors import ConfigError, LocalspecError
 from localspec.options import from_table
 from localspec.registry import USER_FILE, ModelEntry, Registry, load_registry, model_entry, resolve_model
@@ -63,9 +63,11 @@ def load_models(user_file: Path | None = None) -> Registry:
 
 def _check_entry(entry: ModelEntry) -> None:
     here = f"{entry.where}, [models.{entry.name}]"
-    bad = [d for d in entry.drafters if d not in DRAFTERS]
-    if bad:
-        raise ConfigError(f"{here}: 'drafters' lists {bad[0]!r}, which is not a drafter ({', '.join(DRAFTERS)})")
+    for name in entry.drafters:
+        try:
+            chain_members(name)
+        except ConfigError as exc:
+            raise ConfigError(f"{here}: 'drafters' lists {name!r}: {exc}") from None
     tables = [name for name, kind in DRAFTERS.items() if any(i.toml for i in kind.option_infos())]
     for name, table in entry.drafter_tables.items():
         if name not in tables:
@@ -115,7 +117,7 @@ def settings_from_args(args, registry: Registry | None = None) -> Settings:
     drafter = rows.pick(
         "drafter", (flag("drafter"), "flag"), (recommended, "models.toml"), (DEFAULT_DRAFTER, "default")
     )
-    drafter_kind(drafter)  # an unknown name fails before the (slow) model load
+    chain_members(drafter)  # an unknown name fails before the (slow) model load
     setup = _drafter_setup(args, entry, registry, backend, rows)
     temperature_default = 0.0 if getattr(args, "command", "") == "bench" else SamplingParams.temperature
     sampling = SamplingParams(

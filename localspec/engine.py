@@ -66,6 +66,7 @@ def stream_generate(
         drafter.use_sampling(sampling)
         drafter.begin(context)
         policy.begin_turn(drafter.cost_per_token)
+        drafter.bind(policy)
         started = last_end = time.perf_counter()
         finish, held = None, False
         while finish is None:

@@ -51,6 +51,10 @@ def test_methods_parse_fixed_k_and_always_include_plain(tmp_path):
         make_methods("ngram#12", session(tmp_path), "auto")
     with pytest.raises(ConfigError, match="expected NAME"):
         make_methods("ngram@3@4", session(tmp_path), "auto")
+    with pytest.raises(ConfigError, match="COPY\\+MODEL"):  # a chain is named like one drafter
+        make_methods("suffix+ngram", session(tmp_path), "auto")
+    with pytest.raises(ConfigError, match="draft-model"):  # parsed as a chain at K=4 without the guard
+        make_methods("suffix+draft@4+noguard", session(tmp_path), "auto")
 
 
 CASES = [

@@ -90,6 +90,10 @@ class Drafter:
     def begin(self, prompt: Sequence[int]) -> None:
         pass
 
+    def bind(self, policy) -> None:
+        """The turn's controller (speclen), for a drafter that asks it which of its members drafts a step
+        (a chain); called by the engine after ``begin``."""
+
     def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
         """Up to ``max_tokens`` tokens to follow ``context``; ``features``: the target's features of the
         positions cached since the last hand-off (a drafter that needs hidden states), fed first."""

@@ -5,11 +5,12 @@ tables, the chat's /help and the README's table are derived from it (tests/test_
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from localspec.backends.base import Backend
 from localspec.drafters import draft_model, eagle, ngram, random, suffix
 from localspec.drafters.base import Drafter, NoDrafter
+from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.context import DrafterContext
 from localspec.errors import ConfigError
 from localspec.options import OptionInfo, describe
@@ -22,6 +23,7 @@ class DrafterKind:
     drafter: type[Drafter]  # its class: ``needs`` says what it requires of the target backend
     options: type | None  # its options dataclass (None: it has none)
     build: Callable[[Backend | None, object, DrafterContext], Drafter]
+    role: str = ""  # in a chain (COPY+MODEL): "copy" (a free lookup) or "model" (drafting costs forwards)
 
     def option_infos(self) -> list[OptionInfo]:
         return describe(self.options, self.name) if self.options else []
@@ -47,6 +49,7 @@ DRAFTERS: dict[str, DrafterKind] = {
             ngram.NgramDrafter,
             ngram.NgramOptions,
             ngram.build,
+            "copy",
         ),
         DrafterKind(
             "suffix",
@@ -54,6 +57,7 @@ DRAFTERS: dict[str, DrafterKind] = {
             suffix.SuffixDrafter,
             suffix.SuffixOptions,
             suffix.build,
+            "copy",
         ),
         DrafterKind(
             "draft",
@@ -61,6 +65,7 @@ DRAFTERS: dict[str, DrafterKind] = {
             draft_model.DraftModelDrafter,
             draft_model.DraftOptions,
             draft_model.build,
+            "model",
         ),
         DrafterKind(
             "eagle",
@@ -68,6 +73,7 @@ DRAFTERS: dict[str, DrafterKind] = {
             eagle.EagleDrafter,
             eagle.EagleOptions,
             eagle.build,
+            "model",
         ),
         DrafterKind(
             "random",
@@ -87,6 +93,21 @@ def drafter_kind(name: str) -> DrafterKind:
         raise ConfigError(f"unknown drafter {name!r}; choose one of: {', '.join(DRAFTERS)}") from None
 
 
+def chain_members(name: str) -> tuple[DrafterKind, ...]:
+    """The drafter kinds a --drafter name stands for: one, or a chain COPY+MODEL (checked)."""
+    parts = name.split("+")
+    if len(parts) == 1:
+        return (drafter_kind(name),)
+    copies = [k for k, kind in DRAFTERS.items() if kind.role == "copy"]
+    models = [k for k, kind in DRAFTERS.items() if kind.role == "model"]
+    if len(parts) != 2 or parts[0] not in copies or parts[1] not in models:
+        raise ConfigError(
+            f"drafter chain {name!r}: a chain is COPY+MODEL, a copy drafter ({', '.join(copies)}) then a model "
+            f"drafter ({', '.join(models)}), e.g. suffix+draft"
+        )
+    return drafter_kind(parts[0]), drafter_kind(parts[1])
+
+
 @dataclass(frozen=True)
 class DrafterSetup:
     """Every drafter's options for a run (flags over models.toml over defaults) and its context: what builds
@@ -104,8 +125,22 @@ class DrafterSetup:
         return replace(self, options={**self.options, name: replace(self.options_of(name), **values)})
 
     def build(self, name: str, target: Backend | None = None, **values) -> Drafter:
-        setup = self.with_options(name, **values) if values else self
-        return drafter_kind(name).build(target, setup.options_of(name), setup.context)
+        """The drafter (or chain) ``name``; ``values`` replace options of the drafter (in a chain: of each
+        member that has them)."""
+        kinds = chain_members(name)
+        if len(kinds) == 1:
+            setup = self.with_options(name, **values) if values else self
+            return kinds[0].build(target, setup.options_of(name), setup.context)
+        built: list[Drafter] = []
+        try:
+            for kind in kinds:
+                own = {k: v for k, v in values.items() if kind.options and k in {f.name for f in fields(kind.options)}}
+                built.append(self.build(kind.name, target, **own))
+        except BaseException:
+            for drafter in built:
+                drafter.close()
+            raise
+        return ChainDrafter(*built)
 
 
 def markdown_table() -> str:

@@ -37,13 +37,19 @@ class CostModel:
         self._overhead: float | None = None  # per-step seconds outside draft and verify
         self._loaded = 0  # window sizes whose cost came from an earlier session
         self._stale: set[int] = set()  # loaded sizes, until the first timing of this session rescales them
-        # the drafter's own figure for a drafted token, used until drafting is timed (0: a lookup; None: unknown)
-        self.draft_hint: float | None = 0.0
-        self.reset_drafter()
+        self.line = DraftLine()  # the current drafter's cost of drafting
 
     def reset_drafter(self) -> None:
         """A new drafter: forget its draft cost (the machine's verify costs stay)."""
-        self._fit = [0.0] * 5  # decayed sums for draft(k) = a + b k: n, k, kk, t, kt
+        self.line = DraftLine()
+
+    @property
+    def draft_hint(self) -> float | None:
+        return self.line.hint
+
+    @draft_hint.setter
+    def draft_hint(self, value: float | None) -> None:
+        self.line.hint = value
 
     # -- what is known ----------------------------------------------------------------------------------
     @property
@@ -58,7 +64,7 @@ class CostModel:
     @property
     def draft_unknown(self) -> bool:
         """Nothing is known of what drafting costs: it was never timed and the drafter gave no figure."""
-        return self._fit[0] < 0.5 and self.draft_hint is None
+        return self.line.unknown
 
     # -- estimates --------------------------------------------------------------------------------------
     def verify(self, n: int) -> float | None:
@@ -100,21 +106,10 @@ class CostModel:
 
     def draft(self, k: int, line: tuple[float, float] | None = None) -> float:
         """Seconds for drafting k tokens (line: the draft line, if already at hand)."""
-        if k == 0:
-            return 0.0
-        a, b = self.draft_line() if line is None else line
-        return max(0.0, a + b * k)
+        return self.line.seconds(k, line)
 
     def draft_line(self) -> tuple[float, float]:
-        """(intercept, slope) of drafting time against k, from the decayed sums."""
-        n, sk, skk, st, skt = self._fit
-        if n < 0.5:
-            return 0.0, self.draft_hint or 0.0
-        var = skk / n - (sk / n) ** 2
-        if var > 1e-9:
-            b = (skt / n - sk / n * st / n) / var
-            return st / n - b * sk / n, b
-        return 0.0, (st / sk if sk else 0.0)  # every measured call drafted the same k: no intercept
+        return self.line.fit()
 
     def step_times(self, top: int, draft_s: float | None) -> list[float]:
         """Estimated seconds of a step verifying k = 0..top tokens (draft_s: drafting time already spent)."""
@@ -132,7 +127,7 @@ class CostModel:
         rest = max(0.0, step_s - draft_s - verify_s)
         self._overhead = rest if self._overhead is None else self._overhead + COST_EMA * (rest - self._overhead)
         if drafted:
-            self._fit_draft(drafted, draft_s)
+            self.line.record(drafted, draft_s)
 
     def _time_window(self, n: int, seconds: float) -> None:
         if n in self._stale:
@@ -147,13 +142,6 @@ class CostModel:
             self._curve = None
         else:
             self._curve[n] = self._verify[n]
-
-    def _fit_draft(self, k: int, seconds: float) -> None:
-        f = self._fit
-        if f[0] >= 3:  # a stray slow call (a page fault, the collector) must not make a drafter look costly
-            seconds = min(seconds, 3 * self.draft(k) + 1e-4)
-        for j, value in enumerate((1.0, k, k * k, seconds, k * seconds)):
-            f[j] = DECAY * f[j] + value
 
     # -- the measured curve across sessions -----------------------------------------------------------
     def to_dict(self) -> dict:
@@ -195,3 +183,43 @@ class CostModel:
             "verify_ms": {n: round(s * 1e3, 2) for n, s in sorted(self._verify.items())},
             "costs_loaded": self._loaded,
         }
+
+
+class DraftLine:
+    """What one drafter's drafting costs: seconds = a + b k for k drafted tokens, fitted to its timed calls
+    (decayed, so it follows the drafter), and its own figure until then."""
+
+    def __init__(self, hint: float | None = 0.0) -> None:
+        # the drafter's own figure for a drafted token, used until drafting is timed (0: a lookup; None: unknown)
+        self.hint = hint
+        self._sums = [0.0] * 5  # decayed sums: n, k, kk, t, kt
+
+    @property
+    def unknown(self) -> bool:
+        """Nothing is known of what drafting costs: it was never timed and the drafter gave no figure."""
+        return self._sums[0] < 0.5 and self.hint is None
+
+    def seconds(self, k: int, line: tuple[float, float] | None = None) -> float:
+        """Seconds for drafting k tokens (line: the fitted line, if already at hand)."""
+        if k == 0:
+            return 0.0
+        a, b = self.fit() if line is None else line
+        return max(0.0, a + b * k)
+
+    def fit(self) -> tuple[float, float]:
+        """(intercept, slope) of drafting time against k, from the decayed sums."""
+        n, sk, skk, st, skt = self._sums
+        if n < 0.5:
+            return 0.0, self.hint or 0.0
+        var = skk / n - (sk / n) ** 2
+        if var > 1e-9:
+            b = (skt / n - sk / n * st / n) / var
+            return st / n - b * sk / n, b
+        return 0.0, (st / sk if sk else 0.0)  # every measured call drafted the same k: no intercept
+
+    def record(self, k: int, seconds: float) -> None:
+        f = self._sums
+        if f[0] >= 3:  # a stray slow call (a page fault, the collector) must not make a drafter look costly
+            seconds = min(seconds, 3 * self.seconds(k) + 1e-4)
+        for j, value in enumerate((1.0, k, k * k, seconds, k * seconds)):
+            f[j] = DECAY * f[j] + value

@@ -27,6 +27,11 @@ Two kinds of drafter are handled differently:
   (nearly) nothing. Before a costly drafter has drafted, its own figure (``Drafter.cost_per_token``,
   timed at load) stands in for the measured draft cost; a drafter of unknown cost is first asked for a
   short draft.
+
+A drafter chain (`--drafter suffix+draft`: a copy drafter and a model drafter) has two members, each with
+its own acceptance estimate and draft line. Every step the copy drafter proposes (it is free); then
+``choose`` weighs that proposal's best rate against the model drafter's plan and runs the model only when its
+expected tokens per second are higher. A copy that was not used is shadowed, so both keep learning.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from localspec.speclen.acceptance import AcceptanceEstimator
-from localspec.speclen.costs import CostModel
+from localspec.speclen.costs import CostModel, DraftLine
 from localspec.types import Draft
 
 MAX_K = 64  # `--draft-tokens auto` verifies up to this many draft tokens in one window
@@ -65,6 +70,13 @@ class FixedK:
 
     def plan(self, cap: int, catchup_s: float = 0.0) -> int:
         return cap
+
+    def chain(self, cost_per_token: float | None) -> None:
+        pass
+
+    def choose(self, copy: Draft, cap: int, catchup_s: float = 0.0) -> int:
+        """A chain at fixed K takes the copy whenever there is one, else asks the model (llama-server's rule)."""
+        return 0 if len(copy) else cap
 
     def trim(self, draft: Draft, draft_s: float) -> int:
         return len(draft)
@@ -108,18 +120,45 @@ class AdaptiveK:
     # -- state of the current drafter -----------------------------------------------------------------
     def reset_drafter(self) -> None:
         """A new drafter: forget its acceptance and draft cost (the machine's verify costs stay)."""
-        self.acceptance = AcceptanceEstimator(self.max_k)
         self.cost.reset_drafter()
+        self._members = [_Member(AcceptanceEstimator(self.max_k), self.cost.line)]
+        self._use(0)
         self._asked = 0  # tokens the last plan asked the drafter for
-        self._never_pays = self._probing = False
+        self._probing = False
+        self._copy: Draft | None = None  # a chain's copy proposal this step, while the model drafts
+        self._model_steps = 0  # steps a chain's model drafter drafted, this turn
         self.begin_turn()
 
     def begin_turn(self, cost_per_token: float | None = 0.0) -> None:
         """cost_per_token: the drafter's own figure for a drafted token, used until drafting is timed
         (0: a lookup; None: unknown)."""
+        self._use(0)
         self.cost.draft_hint = cost_per_token
-        self.acceptance.begin_turn()
+        for member in self._members:
+            member.acceptance.begin_turn()
         self._chosen: list[int] = []
+        self._model_steps = 0
+
+    def chain(self, cost_per_token: float | None) -> None:
+        """The drafter is a chain: its model drafter (of that cost per drafted token, as begin_turn's) is
+        the second member, kept across turns."""
+        if len(self._members) == 1:
+            self._members.append(_Member(AcceptanceEstimator(self.max_k), DraftLine()))
+        self._members[1].line.hint = cost_per_token
+
+    def _use(self, i: int) -> None:
+        """Plan, trim and record for member i from now on."""
+        self._member = self._members[i]
+        self.acceptance = self._member.acceptance
+        self.cost.line = self._member.line
+
+    @property
+    def _never_pays(self) -> bool:
+        return self._member.never_pays
+
+    @_never_pays.setter
+    def _never_pays(self, value: bool) -> None:
+        self._member.never_pays = value
 
     # -- estimates --------------------------------------------------------------------------------------
     def acceptance_profile(self) -> list[float]:
@@ -159,7 +198,7 @@ class AdaptiveK:
         self._asked = self._plan(min(cap, self.max_k), catchup_s)
         return self._asked
 
-    def _plan(self, cap: int, catchup_s: float) -> int:
+    def _plan(self, cap: int, catchup_s: float, probe: bool = True) -> int:
         if cap <= 0:
             return 0
         if self.cost.draft_unknown:
@@ -173,9 +212,40 @@ class AdaptiveK:
         if best > 0 and (1 / rates[0] - 1 / rates[best]) * PAYBACK_TOKENS >= catchup_s:
             return best
         self._never_pays = max(self.rates(cap, accept_all=True)) <= rates[0]
-        if self._never_pays:
+        if self._never_pays or not probe:
             return 0
         return self._probe(min(cap, PROBE_K), catchup_s)
+
+    def choose(self, copy: Draft, cap: int, catchup_s: float = 0.0) -> int:
+        """A chain's step: 0 to verify the copy drafter's proposal ``copy``, else how many tokens to ask the
+        model drafter for (catchup_s: what it would first spend catching up). The model runs when the tokens
+        per second its plan expects beat the copy's best (plain decoding included); it is probed only when
+        the copy would not speculate."""
+        if len(self._members) < 2:
+            return 0
+        copy_rate, copy_k = self._best_rate(copy)
+        self._use(1)
+        k = self._plan(min(cap, self.max_k), catchup_s, probe=copy_k == 0)
+        if k and not self._probing and self.cost.timed and not self.cost.draft_unknown:
+            rate = self.rates(k)[k] * (1 / (1 + catchup_s * self.rates(k)[k] / PAYBACK_TOKENS))
+            k = k if rate > copy_rate else 0
+        if k == 0:
+            self._use(0)
+            return 0
+        self._asked, self._copy = k, copy
+        self._model_steps += 1
+        return k
+
+    def _best_rate(self, draft: Draft) -> tuple[float, int]:
+        """(tokens per second, length) of the best verify of a free proposal, by the current member's
+        estimates; length 0 is plain decoding."""
+        if not self.cost.timed:
+            return 0.0, len(draft)
+        draft = draft.prefix(self.max_k)
+        expected = self.acceptance.expected_tokens(acceptance=self.acceptance.of_draft(draft))
+        rates = [e / t for e, t in zip(expected, self.cost.step_times(len(draft), 0.0), strict=False)]
+        best = _argmax(rates)
+        return rates[best], best
 
     def _probe(self, k: int, catchup_s: float) -> int:
         """A short draft to re-measure acceptance, if what it loses against a plain step should every token
@@ -237,6 +307,14 @@ class AdaptiveK:
         self.cost.record(verified + 1, self._asked, draft_s, verify_s, step_s)
         self._budget = min(EXPLORE_CAP_S, self._budget + EXPLORE_SHARE * step_s)
         self.acceptance.record(verified, accepted, emitted)
+        if self._copy is not None:  # the model drafted: the copy's proposal is compared with the output
+            copy = self._members[0].acceptance
+            copy.propose(self._copy)
+            if len(self._copy):
+                copy.shadow(self._copy.prefix(self.max_k))
+            copy.record(0, 0, emitted)
+            self._copy = None
+        self._use(0)
 
     # -- the measured curve across sessions -----------------------------------------------------------
     def costs(self) -> dict:
@@ -264,9 +342,22 @@ class AdaptiveK:
             "explore_steps": self._explored,
             "explore_ms": round(self._explore_spent * 1e3, 1),
         }
+        if len(self._members) > 1:
+            model = self._members[1].acceptance
+            out["model_steps"] = self._model_steps
+            out["model_acceptance_estimate"] = model.figures()["acceptance_estimate"]
+            out["model_draft_ms_per_token"] = round(self._members[1].line.fit()[1] * 1e3, 3)
         if self._never_pays:
             out["note"] = "the drafter cannot pay on this machine even if every token were accepted"
         return out
+
+
+class _Member:
+    """What the controller knows of one drafter (of a chain's two): its acceptance and its draft cost."""
+
+    def __init__(self, acceptance: AcceptanceEstimator, line: DraftLine) -> None:
+        self.acceptance, self.line = acceptance, line
+        self.never_pays = False  # it could not pay even with every token accepted
 
 
 def _argmax(values: list[float]) -> int:

@@ -152,7 +152,7 @@ def _prefill(
     feature-fed drafter's prompt (EAGLE), or None."""
     started = time.perf_counter()
     reuse = common_prefix(backend.cached_tokens, context[:-1])
-    if drafter.needs.hidden_states:  # a feature-fed drafter needs at least the last prompt token's features
+    if drafter.needs.hidden_states and not drafter.keeps_rows:  # it needs at least the last prompt row
         reuse = min(reuse, max(len(context) - 2, 0))
     backend.truncate(reuse)
     features = None

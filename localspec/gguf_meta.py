@@ -1,8 +1,9 @@
 """Read a GGUF file's header and metadata in pure Python: is it a GGUF file at all, and what model is it.
 
 Layout (GGUF v2/v3, little-endian): magic "GGUF", u32 version, u64 tensor count, u64 metadata count,
-then metadata entries (string key, u32 type, value). Arrays are skipped element by element, so the big
-token lists cost a read but no memory.
+then metadata entries (string key, u32 type, value), then per tensor its name, u32 dimension count, u64
+dimensions, u32 type and u64 offset. Arrays are skipped element by element, so the big token lists cost a
+read but no memory.
 """
 
 from __future__ import annotations
@@ -20,6 +21,24 @@ WANTED = ("general.architecture", "general.name", "tokenizer.ggml.model", "token
 
 def read_metadata(path: Path) -> dict:
     """The scalar and string metadata of a GGUF file (arrays left out); ModelError if it is not valid."""
+    return _read(path, tensors=False)[0]
+
+
+def read_tensor_names(path: Path) -> tuple[dict, list[str]]:
+    """The metadata and the names of the tensors a GGUF file holds."""
+    return _read(path, tensors=True)
+
+
+def mtp_layers(path: Path) -> int:
+    """MTP ("nextn") layers the GGUF carries: ``{arch}.nextn_predict_layers``, if the last block's
+    ``nextn.eh_proj`` tensor is really there (converters that drop the layer may keep the key)."""
+    meta, names = read_tensor_names(path)
+    arch = meta.get("general.architecture", "")
+    n, blocks = int(meta.get(f"{arch}.nextn_predict_layers", 0)), int(meta.get(f"{arch}.block_count", 0))
+    return n if n and f"blk.{blocks - 1}.nextn.eh_proj.weight" in names else 0
+
+
+def _read(path: Path, tensors: bool) -> tuple[dict, list[str]]:
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -28,7 +47,7 @@ def read_metadata(path: Path) -> dict:
             (version,) = _unpack(f, "<I")
             if version not in (2, 3):
                 raise ModelError(f"{path}: GGUF version {version} is not supported (2 or 3)")
-            _, n_kv = _unpack(f, "<QQ")
+            n_tensors, n_kv = _unpack(f, "<QQ")
             meta = {}
             for _ in range(n_kv):
                 key = _string(f)
@@ -36,7 +55,12 @@ def read_metadata(path: Path) -> dict:
                 value = _value(f, kind)
                 if value is not None:
                     meta[key] = value
-            return meta
+            names = []
+            for _ in range(n_tensors if tensors else 0):
+                names.append(_string(f))
+                (dims,) = _unpack(f, "<I")
+                _unpack(f, f"<{dims}QIQ")
+            return meta, names
     except (struct.error, UnicodeDecodeError, EOFError) as exc:
         raise ModelError(f"{path} is a damaged GGUF file ({exc}); download it again") from exc
     except OSError as exc:

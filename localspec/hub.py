@@ -289,19 +289,32 @@ def listing(registry: Registry | None = None) -> list[dict]:
             found = hf_cached(entry.gguf_repo, file)
             if found:
                 on_disk.append((f"llama.cpp {quant}", found))
+        downloaded = [
+            {"backend": b, "path": str(p), "bytes": p.stat().st_size if p.exists() else 0, "mtp_layers": _mtp(p)}
+            for b, p in on_disk
+        ]
+        mtp = any(d["mtp_layers"] for d in downloaded) and "mtp" not in entry.drafters
         rows.append(
             {
                 "name": name,
                 "description": entry.description,
                 "sources": entry.sources(),
-                "downloaded": [
-                    {"backend": b, "path": str(p), "bytes": p.stat().st_size if p.exists() else 0} for b, p in on_disk
-                ],
-                "drafters": list(entry.drafters),
+                "downloaded": downloaded,
+                "drafters": list(entry.drafters) + (["mtp"] if mtp else []),
                 "drafts": registry.compatible_drafts(name),
             }
         )
     return rows
+
+
+def _mtp(path: Path) -> int:
+    """MTP layers of a downloaded GGUF (0 for anything unreadable: `list` lists, it does not judge)."""
+    from localspec.gguf_meta import mtp_layers
+
+    try:
+        return mtp_layers(path)
+    except (ModelError, OSError):
+        return 0
 
 
 def remove(name: str, registry: Registry | None = None) -> list[str]:

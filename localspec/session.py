@@ -217,8 +217,14 @@ class Session:
         about = self.drafter.describe()
         text += f" · drafter {self.drafter.name}{f' ({about})' if about else ''}, {self.speclen.label}"
         rollback = self.backend.max_rollback  # a recurrent state: drafts no longer than its snapshots reach
-        if rollback is not None:
-            text += f" · recurrent state: {f'drafts of at most {rollback} tokens' if rollback else 'no speculation'}"
+        if getattr(self.backend, "checkpoints", False):
+            text += " · recurrent state: saved before each verify window, restored on a rejection"
+        elif rollback is not None:
+            snapshots = getattr(self.backend, "snapshot_bytes", 0)
+            size = f" ({rollback} snapshots of it, {snapshots / 2**20:.0f} MB)" if snapshots else ""
+            text += f" · recurrent state{size}: " + (
+                f"drafts of at most {rollback} tokens" if rollback else "no speculation"
+            )
         if self.invariant_now():
             text += " · exact: batch-invariant kernels"
         elif self.exact_guard is not None and self.sampling.greedy:

@@ -37,8 +37,20 @@ def hybrid(monkeypatch):
         yield backend
 
 
-def test_a_hybrid_target_refuses_speculation_by_name(hybrid):
-    assert hybrid.recurrent and not hybrid.capabilities.can_truncate
+@pytest.fixture
+def old_hybrid(monkeypatch):
+    """The simulated hybrid on a llama-cpp-python without the partial state calls: no checkpoints either."""
+    for name in ("llama_state_seq_get_size_ext", "llama_state_seq_get_data_ext", "llama_state_seq_set_data_ext"):
+        monkeypatch.delattr(llama_cpp, name)
+    monkeypatch.setattr(llama_cpp, "llama_model_is_hybrid", lambda model: True)
+    _, path = resolve_model("smollm2-135m")
+    with LlamaCppBackend(path, n_ctx=512, n_threads=2) as backend:
+        yield backend
+
+
+def test_a_hybrid_target_refuses_speculation_by_name(old_hybrid):
+    hybrid = old_hybrid
+    assert hybrid.recurrent and not hybrid.capabilities.can_truncate and not hybrid.checkpoints
     with pytest.raises(ConfigError, match=r"(?i)smollm2.*cannot be rolled back.*--drafter none"):
         check_fit(hybrid, NgramDrafter())
 
@@ -79,6 +91,25 @@ def test_a_qwen35_target_rolls_back_within_its_snapshots(qwen35, tmp_path):
             assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max(), back
 
 
+@pytest.mark.parametrize("batch", [1, 2, 5])
+def test_a_cut_to_or_before_the_last_decodes_start_is_exact_too(qwen35, batch):
+    """llama.cpp's snapshots are the states after each token of the last decode call: it accepts a cut of
+    that whole call (a plain step's one token, a new turn's prompt diverging there) but leaves a wrong
+    state; such a cut must prefill again instead."""
+    context = [int(t) for t in np.random.default_rng(2).integers(0, 257, 60)]
+    with LlamaCppBackend(qwen35.path, n_ctx=256, n_threads=2) as fresh:
+        for back in (batch, batch + 3):
+            qwen35.truncate(0)
+            qwen35.prefill(context[:30])
+            qwen35.forward(context[30 : 30 + batch])
+            keep = 30 + batch - back
+            qwen35.truncate(keep)
+            got = qwen35.forward(context[keep : keep + 1]).logits[-1]
+            fresh.truncate(0)
+            want = fresh.forward(context[: keep + 1]).logits[-1]
+            assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max(), (batch, back)
+
+
 @pytest.mark.parametrize("drafter", [NgramDrafter, SuffixDrafter])
 def test_greedy_speculation_on_a_hybrid_target_equals_plain(qwen35, drafter):
     prompt = [40, 41, 42, 43, 44, 45, 46, 47] * 3
@@ -89,15 +120,68 @@ def test_greedy_speculation_on_a_hybrid_target_equals_plain(qwen35, drafter):
     assert out.tokens == plain and out.stats.drafted > 0
 
 
-def test_drafts_on_a_hybrid_target_are_capped_at_its_rollback(qwen35):
-    """A draft right for 2 tokens and wrong after: rejected tails must fit the snapshots, so no draft is longer."""
+def oracle_run(backend, right: int, max_tokens: int, draft_tokens: int):
+    """Greedy answers with drafts right for ``right`` tokens and wrong after: (completion, plain tokens)."""
     from fakes import OracleDrafter
 
     prompt = [50, 51, 52, 53]
-    qwen35.truncate(0)
-    plain = generate(qwen35, NoDrafter(), prompt, GREEDY, max_tokens=50).tokens
-    qwen35.truncate(0)
-    drafter = OracleDrafter(plain, len(prompt), qwen35.vocab_size, right=2)
-    out = generate(qwen35, drafter, prompt, GREEDY, max_tokens=50, draft_tokens=RS_SNAPSHOTS + 8)
+    backend.truncate(0)
+    plain = generate(backend, NoDrafter(), prompt, GREEDY, max_tokens=max_tokens).tokens
+    backend.truncate(0)
+    drafter = OracleDrafter(plain, len(prompt), backend.vocab_size, right=right)
+    return generate(backend, drafter, prompt, GREEDY, max_tokens=max_tokens, draft_tokens=draft_tokens), plain
+
+
+def test_drafts_on_a_hybrid_target_are_capped_at_its_rollback(qwen35):
+    """A draft right for 2 tokens and wrong after: rejected tails must fit the snapshots, so no draft is longer."""
+    out, plain = oracle_run(qwen35, 2, 50, RS_SNAPSHOTS + 8)
     assert out.tokens == plain and out.stats.accepted > 0
     assert len(out.stats.drafted_at) == RS_SNAPSHOTS
+
+
+def test_snapshots_are_fewer_where_memory_is_short_and_the_cap_follows(qwen35, monkeypatch, tmp_path):
+    import localspec.backends.llama_cpp as llama
+
+    per = qwen35.snapshot_bytes / RS_SNAPSHOTS
+    assert per > 0
+    monkeypatch.setattr(llama, "available_memory", lambda: 5.5 * per / llama.RS_SHARE)  # room for 5 of them
+    path = write_tiny_qwen35(tmp_path / "qwen35.gguf")
+    with LlamaCppBackend(path, n_ctx=256, n_threads=2) as short:
+        assert short.max_rollback == 5 and short.snapshot_bytes == int(5 * per)
+        out, plain = oracle_run(short, 2, 40, RS_SNAPSHOTS)
+        assert out.tokens == plain and len(out.stats.drafted_at) == 5
+
+
+@pytest.fixture(scope="module")
+def checkpointed(tmp_path_factory):
+    """The tiny qwen35 made without snapshots, as llama.cpp makes Mamba, RWKV or Qwen3-Next: checkpoints."""
+    import localspec.backends.llama_cpp as llama
+
+    saved, llama.RS_SNAPSHOTS = llama.RS_SNAPSHOTS, 0
+    try:
+        path = write_tiny_qwen35(tmp_path_factory.mktemp("checkpoint") / "qwen35.gguf")
+        with LlamaCppBackend(path, n_ctx=256, n_threads=2) as backend:
+            yield backend
+    finally:
+        llama.RS_SNAPSHOTS = saved
+
+
+def test_without_snapshots_a_cut_within_a_verify_window_restores_the_saved_state(checkpointed, qwen35):
+    b = checkpointed
+    assert b.checkpoints and b.max_rollback is None and b.capabilities.can_truncate
+    context = [int(t) for t in np.random.default_rng(1).integers(0, 257, 60)]
+    for back in (1, 7, 30):  # any depth within the window, past where 16 snapshots reach
+        b.truncate(0)
+        b.prefill(context[:20])
+        b.forward(context[20:])  # a 40-token window
+        b.truncate(60 - back)
+        assert b.cached_len == 60 - back
+        got = b.forward(context[60 - back : 61 - back]).logits[-1]
+        qwen35.truncate(0)
+        want = qwen35.forward(context[: 61 - back]).logits[-1]
+        assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max(), back
+
+
+def test_greedy_speculation_with_checkpoints_equals_plain_and_drafts_past_16(checkpointed):
+    out, plain = oracle_run(checkpointed, 18, 80, 24)
+    assert out.tokens == plain and out.stats.accepted > 0 and len(out.stats.drafted_at) == 24

@@ -34,6 +34,8 @@ def test_builtin_registry_has_the_default_model():
     assert llama.drafts == ("llama3.2-1b",) and llama.eagle["torch"] and llama.gguf_file("Q8_0").endswith(".gguf")
     assert "qwen2.5-coder-0.5b" in registry.compatible_drafts("qwen2.5-coder-7b")
     assert "smollm2-135m" not in registry.compatible_drafts("qwen2.5-coder-7b")
+    qwen35 = registry.get("qwen3.5-4b")  # a hybrid model with an MTP layer: a chain with its own MTP drafter
+    assert qwen35.drafters[0] == "suffix+mtp" and qwen35.gguf_file().endswith(".gguf") and not qwen35.drafts
 
 
 def test_user_file_adds_models(tmp_path):
@@ -56,6 +58,7 @@ def test_user_file_adds_models(tmp_path):
         ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.mlx]\nrepos = 'x'\n", ["[models.a.mlx]", "'repos'"]),
         ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.eagle]\nllama = 'x'\n", ["[models.a.eagle]", "'llama'"]),
         ("[models.a]\nembedded = 'p/f.gguf'\ndrafters = ['magic']\n", ["'drafters'", "'magic'"]),
+        ("[models.a]\nembedded = 'p/f.gguf'\ndrafters = ['mtp+suffix']\n", ["'drafters'", "COPY+MODEL"]),
         ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.ngram]\nmin = 5\nmax = 2\n", ["[models.a.ngram]", "min"]),
         ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.sufix]\nmax_depth = 8\n", ["[models.a]", "'sufix'"]),
         ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.suffix]\ndepth = 8\n", ["[models.a.suffix]", "'depth'"]),

@@ -1,6 +1,16 @@
 """A tiny random Qwen3.5-layout GGUF (architecture qwen35: Gated DeltaNet layers with a full-attention layer
 every second one), written with the gguf package, for the hybrid-target tests: no downloadable model here
-is hybrid. Tensor names and metadata keys as llama.cpp's loader reads them (src/models/qwen35.cpp)."""
+is hybrid. Tensor names and metadata keys as llama.cpp's loader reads them (src/models/qwen35.cpp).
+
+With ``mtp``, one MTP ("nextn") block follows the trunk, as Qwen3.5 MTP GGUFs carry it: block_count counts
+it, ``qwen35.nextn_predict_layers`` = 1, and it is a full-attention block plus ``nextn.eh_proj`` (the
+concatenated [norm(embedding), norm(hidden)] down to the width), ``nextn.enorm`` and ``nextn.hnorm``; its
+logits come from the model's output head. ``mtp`` = "random", "no-nextn" (the block without its nextn
+tensors: llama.cpp refuses such a file, and `list` must not call it MTP), or a block whose attention and FFN add
+nothing, so that it reads only the token ("token") or only the target's hidden row ("hidden"). With
+``trunk="identity"`` the trunk's layers add nothing either: the target's next token is then a fixed
+function of the last token, f(x) = argmax(output . norm(embed(x))), which the "token" block predicts exactly
+(every draft right) and the "hidden" block one position late (it repeats the token it is given)."""
 
 from __future__ import annotations
 
@@ -14,10 +24,15 @@ HEAD_DIM = EMBD // HEADS
 K_HEADS, V_HEADS, STATE, CONV = 2, 4, 16, 4  # gated delta net: key heads, value heads, head size, conv kernel
 
 
-def write_tiny_qwen35(path: Path, seed: int = 0, scale: float = 0.5) -> Path:
+def write_tiny_qwen35(
+    path: Path, seed: int = 0, scale: float = 0.5, mtp: str | None = None, trunk: str = "random"
+) -> Path:
     rng = np.random.default_rng(seed)
-    w = _llama_header(path, "tiny-qwen35", EMBD, LAYERS, FF, HEADS, KV_HEADS, arch="qwen35")
+    blocks = LAYERS + (1 if mtp else 0)
+    w = _llama_header(path, "tiny-qwen35", EMBD, blocks, FF, HEADS, KV_HEADS, arch="qwen35")
     a = "qwen35."
+    if mtp:
+        w.add_uint32(a + "nextn_predict_layers", 1)
     w.add_uint32(a + "attention.key_length", HEAD_DIM)
     w.add_uint32(a + "attention.value_length", HEAD_DIM)
     w.add_array(a + "rope.dimension_sections", [3, 3, 2, 0])
@@ -34,21 +49,33 @@ def write_tiny_qwen35(path: Path, seed: int = 0, scale: float = 0.5) -> Path:
     def ones(n):
         return np.ones(n, dtype=np.float32)
 
+    def out(*shape, adds=True):  # a matrix whose product joins the residual stream
+        return rand(*shape) if adds else np.zeros(shape, dtype=np.float32)
+
+    def attention(b, adds):
+        w.add_tensor(b + "attn_q.weight", rand(HEADS * HEAD_DIM * 2, EMBD) * 2)
+        w.add_tensor(b + "attn_k.weight", rand(KV_HEADS * HEAD_DIM, EMBD) * 2)
+        w.add_tensor(b + "attn_v.weight", rand(KV_HEADS * HEAD_DIM, EMBD))
+        w.add_tensor(b + "attn_output.weight", out(EMBD, HEADS * HEAD_DIM, adds=adds))
+        w.add_tensor(b + "attn_q_norm.weight", ones(HEAD_DIM))
+        w.add_tensor(b + "attn_k_norm.weight", ones(HEAD_DIM))
+
+    def ffn(b, adds):
+        w.add_tensor(b + "ffn_gate.weight", rand(FF, EMBD))
+        w.add_tensor(b + "ffn_up.weight", rand(FF, EMBD))
+        w.add_tensor(b + "ffn_down.weight", out(EMBD, FF, adds=adds))
+
     key_dim, value_dim = K_HEADS * STATE, V_HEADS * STATE
     w.add_tensor("token_embd.weight", rng.standard_normal((len(VOCAB), EMBD)).astype(np.float32))
     w.add_tensor("output_norm.weight", ones(EMBD))
     w.add_tensor("output.weight", rand(len(VOCAB), EMBD) * 8)
+    adds = trunk != "identity"
     for i in range(LAYERS):
         b = f"blk.{i}."
         w.add_tensor(b + "attn_norm.weight", ones(EMBD))
         w.add_tensor(b + "post_attention_norm.weight", ones(EMBD))
         if (i + 1) % 2 == 0:  # full attention (q carries its gate: twice the heads' width)
-            w.add_tensor(b + "attn_q.weight", rand(HEADS * HEAD_DIM * 2, EMBD) * 2)
-            w.add_tensor(b + "attn_k.weight", rand(KV_HEADS * HEAD_DIM, EMBD) * 2)
-            w.add_tensor(b + "attn_v.weight", rand(KV_HEADS * HEAD_DIM, EMBD))
-            w.add_tensor(b + "attn_output.weight", rand(EMBD, HEADS * HEAD_DIM))
-            w.add_tensor(b + "attn_q_norm.weight", ones(HEAD_DIM))
-            w.add_tensor(b + "attn_k_norm.weight", ones(HEAD_DIM))
+            attention(b, adds)
         else:  # gated delta net
             w.add_tensor(b + "attn_qkv.weight", rand(key_dim * 2 + value_dim, EMBD) * 2)
             w.add_tensor(b + "attn_gate.weight", rand(value_dim, EMBD))
@@ -58,8 +85,26 @@ def write_tiny_qwen35(path: Path, seed: int = 0, scale: float = 0.5) -> Path:
             w.add_tensor(b + "ssm_beta.weight", rand(V_HEADS, EMBD))
             w.add_tensor(b + "ssm_alpha.weight", rand(V_HEADS, EMBD))
             w.add_tensor(b + "ssm_norm.weight", ones(STATE))
-            w.add_tensor(b + "ssm_out.weight", rand(EMBD, value_dim))
-        w.add_tensor(b + "ffn_gate.weight", rand(FF, EMBD))
-        w.add_tensor(b + "ffn_up.weight", rand(FF, EMBD))
-        w.add_tensor(b + "ffn_down.weight", rand(EMBD, FF))
+            w.add_tensor(b + "ssm_out.weight", out(EMBD, value_dim, adds=adds))
+        ffn(b, adds)
+    if mtp:
+        _mtp_block(w, f"blk.{LAYERS}.", mtp, rand, ones, attention, ffn)
     return _finish(w, path)
+
+
+def _mtp_block(w, b, mode, rand, ones, attention, ffn) -> None:
+    w.add_tensor(b + "attn_norm.weight", ones(EMBD))
+    w.add_tensor(b + "post_attention_norm.weight", ones(EMBD))
+    attention(b, mode == "random")
+    ffn(b, mode == "random")
+    if mode == "no-nextn":  # a converter that dropped the nextn tensors and kept the rest
+        return
+    if mode == "random":
+        proj = rand(EMBD, 2 * EMBD) * 2
+    else:  # the identity on the token's half or on the hidden row's half of [norm(embedding), norm(hidden)]
+        proj = np.zeros((EMBD, 2 * EMBD), dtype=np.float32)
+        half = 0 if mode == "token" else EMBD
+        proj[:, half : half + EMBD] = np.eye(EMBD, dtype=np.float32)
+    w.add_tensor(b + "nextn.eh_proj.weight", proj)
+    w.add_tensor(b + "nextn.enorm.weight", ones(EMBD))
+    w.add_tensor(b + "nextn.hnorm.weight", ones(EMBD))

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from localspec.backends.base import Backend, Capabilities, Progress
+from localspec.backends.llama_checkpoint import StateCheckpoint
 from localspec.backends.llama_cpp_exact import cpu_reference_mode
 from localspec.cpus import available_memory, default_threads
 from localspec.errors import ConfigError, ContextOverflow, ModelError
@@ -39,6 +40,7 @@ DEFAULT_CTX = 4096  # where the model does not say its trained context (or the m
 MIN_DEFAULT_CTX = 2048  # the default context is at least this (or the trained one, if shorter)
 MAX_BRANCHES = 63  # leaves of a verified tree, each a llama.cpp sequence beside sequence 0
 RS_SNAPSHOTS = 16  # positions a recurrent state can be rolled back by (llama.cpp's n_rs_seq): the draft cap
+RS_SHARE = 0.1  # ...unless its snapshots would take more than this share of the memory available at load
 KV_SHARE = 0.5  # the default context's KV cache takes at most this share of the memory available at load
 # architectures whose llama.cpp graph hands out its layers' inputs (res->t_layer_inp): EAGLE-3's features
 LAYER_INPUT_ARCHS = frozenset(
@@ -46,6 +48,7 @@ LAYER_INPUT_ARCHS = frozenset(
     + ("mimo2", "minimax-m2", "deepseek4", "bailingmoe3", "nanbeige")
 )
 _LOG_LINES: deque[str] = deque(maxlen=50)  # llama.cpp's recent log, quoted in load errors
+_RS_LINES: deque[str] = deque(maxlen=4)  # its account of the recurrent memory of the contexts it made
 
 
 def check_gguf(path: Path) -> Path:
@@ -81,6 +84,8 @@ def _lib():
     def log(level: int, text: bytes, user_data) -> None:
         line = text.decode("utf-8", errors="replace")
         _LOG_LINES.append(line.rstrip())
+        if line.startswith("llama_memory_recurrent: size ="):
+            _RS_LINES.append(line)
         if os.environ.get("LOCALSPEC_DEBUG"):
             print(line, end="", file=__import__("sys").stderr)
 
@@ -130,14 +135,19 @@ class LlamaCppBackend(Backend):
         super().__init__()
         self.path = check_gguf(path)
         lib = self._lib = _lib()
-        self._model = self._ctx = self._batch = self._reference = None
+        self._model = self._ctx = self._batch = self._reference = self._checkpoint = None
+        self._decoded_from = 0  # the cache length before the last decode call (recurrent rollback)
         self._invariant = False
         self._branches = 0  # leaf sequences of the tree being verified (1..n)
         self._tree = None  # (start, leaf sequence of each row, row tokens, batch order) until accept_path
         mparams = self._model_params(n_gpu_layers, vocab_only, extra_buffers, batch_invariant, on_load)
         _LOG_LINES.clear()
         self._repack = bool(mparams.use_extra_bufts)
+        # the MTP layers a GGUF carries are loaded with it, so that `--drafter mtp` can run (switched to mid-chat
+        # too); llama.cpp requires their tensors to be in the file either way, and only skips their weights
+        mparams.load_mtp = not vocab_only
         self._model = lib.llama_model_load_from_file(str(self.path).encode(), mparams)
+        self.mtp_layers = lib.llama_model_n_layer_nextn(self._model) if self._model and mparams.load_mtp else 0
         if not self._model:
             raise ModelError(
                 f"llama.cpp could not load {self.path}: {_last_error()}; the file may be "
@@ -158,26 +168,29 @@ class LlamaCppBackend(Backend):
             return
         # a recurrent state (Mamba, RWKV; the hybrid Qwen3.5, Jamba, Granite-4) is not cut back by position:
         # where llama.cpp keeps per-position snapshots of it (n_rs_seq) a cut of up to that many positions works
-        # and speculation is capped there; elsewhere no speculation, and a deeper cut prefills the kept part again
+        # and speculation is capped there; elsewhere a state saved before each verify window is restored
+        # (llama_checkpoint.py); a deeper cut prefills the kept part again
         self.recurrent = bool(lib.llama_model_is_recurrent(self._model) or lib.llama_model_is_hybrid(self._model))
         self.n_batch = min(n_batch, self.n_ctx)
         self._ctx = self._new_context(threads)
+        self._setup_rollback(threads)
         self._mem = lib.llama_get_memory(self._ctx)
         self.n_layers, self.hidden_size = lib.llama_model_n_layer(self._model), lib.llama_model_n_embd(self._model)
         self.feature_layers: tuple[int, ...] = ()
+        self._nextn_rows = False  # the rows handed out are the MTP layers' input (use_mtp_features)
         if self.metadata("general.architecture") in LAYER_INPUT_ARCHS:
             self.capabilities = replace(self.capabilities, hidden_states=True, feature_layers=True)
-        self.max_rollback = lib.llama_n_rs_seq(self._ctx) if self.recurrent else None
-        if self.recurrent:
-            self.capabilities = replace(self.capabilities, can_truncate=self.max_rollback > 0, tree_attention=False)
+        if self.mtp_layers:
+            self.capabilities = replace(self.capabilities, hidden_states=True)
         self._batch = lib.llama_batch_init(self.n_batch, 0, self.max_branches + 1)
         if batch_invariant and not mparams.use_extra_bufts:
             self._reference = cpu_reference_mode(self._ctx)
             if self._reference is not None:
                 self.capabilities = replace(self.capabilities, batch_invariant=True)
 
-    def _new_context(self, threads: int):
+    def _new_context(self, threads: int, snapshots: int | None = None):
         lib = self._lib
+        snapshots = RS_SNAPSHOTS if snapshots is None else snapshots
         cparams = lib.llama_context_default_params()
         cparams.n_ctx = self.n_ctx
         cparams.n_batch = cparams.n_ubatch = self.n_batch
@@ -186,7 +199,7 @@ class LlamaCppBackend(Backend):
         self.max_branches = 0 if self.recurrent else min(MAX_BRANCHES, self.n_batch - 1)
         cparams.n_seq_max = self.max_branches + 1
         cparams.kv_unified = True  # one cache that every sequence's cells share (tree verification)
-        cparams.n_rs_seq = RS_SNAPSHOTS if self.recurrent else 0  # clamped to 0 where the arch has none
+        cparams.n_rs_seq = snapshots if self.recurrent else 0  # clamped to 0 where the arch has none
         cparams.n_threads = cparams.n_threads_batch = threads
         cparams.no_perf = True
         ctx = lib.llama_init_from_model(self._model, cparams)
@@ -196,6 +209,38 @@ class LlamaCppBackend(Backend):
                 f"{_last_error()}; try a smaller --ctx"
             )
         return ctx
+
+    def _setup_rollback(self, threads: int) -> None:
+        """How a recurrent state is cut back: snapshots (as many as fit, see _fit_snapshots), else a state
+        saved before each verify window; neither: no speculation."""
+        lib = self._lib
+        self.snapshot_bytes = self._fit_snapshots(threads) if self.recurrent else 0
+        self.max_rollback = lib.llama_n_rs_seq(self._ctx) if self.recurrent else None
+        if self.recurrent and not self.max_rollback and StateCheckpoint.supported(lib):
+            # no snapshots: a state saved before each verify window (any cut within it, drafts of any length)
+            self._checkpoint, self.max_rollback = StateCheckpoint(lib, self._ctx), None
+        self.checkpoints = self._checkpoint is not None
+        if self.recurrent:
+            can_cut = bool(self.max_rollback) or self._checkpoint is not None
+            self.capabilities = replace(self.capabilities, can_truncate=can_cut, tree_attention=False)
+
+    def _fit_snapshots(self, threads: int) -> int:
+        """Keep fewer recurrent-state snapshots where RS_SNAPSHOTS of them take more than RS_SHARE of the
+        memory available (a context made again with as many as fit, at least one); the bytes they take.
+        A snapshot's size comes from llama.cpp's own account of the recurrent memory it allocated."""
+        n = self._lib.llama_n_rs_seq(self._ctx)
+        total = _recurrent_bytes()
+        _RS_LINES.clear()
+        if not n or total is None:
+            return 0
+        per = total / (1 + n)  # the state itself and n snapshots of it
+        available = available_memory()
+        fits = max(1, int(RS_SHARE * available // per)) if available and per > 0 else n
+        if fits < n:
+            self._lib.llama_free(self._ctx)
+            self._ctx = self._new_context(threads, fits)
+            n = self._lib.llama_n_rs_seq(self._ctx)
+        return int(per * n)
 
     def kv_bytes_per_token(self) -> int:
         """f16 keys and values of every layer for one token (the GGUF's head sizes, else n_embd / n_head)."""
@@ -300,15 +345,32 @@ class LlamaCppBackend(Backend):
         # Always ask llama.cpp, even if our list is short already: a Ctrl-C that lands between a decode and
         # the bookkeeping after it must not leave stray cells in the cache.
         again = None
-        if not self._lib.llama_memory_seq_rm(self._mem, 0, keep, -1):
+        # llama.cpp's snapshots hold the state after each token of the last decode call, none from before it:
+        # it accepts a cut to (or past) that call's start but leaves a wrong state (measured on qwen35), so
+        # such a cut is treated as one it refuses
+        before_last = self.recurrent and keep < len(self._tokens) and keep <= self._decoded_from
+        if before_last or not self._lib.llama_memory_seq_rm(self._mem, 0, keep, -1):
             # llama.cpp cannot cut this recurrent state back so far (past its snapshots, or it has none):
-            # compute the kept positions again from the start
-            again, keep = self._tokens[:keep], 0
-            self._lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
+            # back to the state saved at the window's start, else to the start, and the kept positions again
+            start = self._restore_checkpoint(keep)
+            again, keep = self._tokens[start:keep], start
         self._drop_branches()
         del self._tokens[keep:]
         if again:
             self.prefill(again)
+
+    def _restore_checkpoint(self, keep: int) -> int:
+        """Cut the cache back to the saved state's position if it lies at or before ``keep``, else to 0;
+        the position it was cut to."""
+        point = self._checkpoint
+        if point is not None and point.position is not None and point.position <= keep:
+            start = point.position
+            if point.restore() and self._lib.llama_memory_seq_rm(self._mem, 0, start, -1):
+                return start
+        if point is not None:
+            point.drop()
+        self._lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
+        return 0
 
     def save_state(self):
         """A ctypes byte array (bytes-like; copied once, out of llama.cpp)."""
@@ -348,6 +410,8 @@ class LlamaCppBackend(Backend):
         return np.concatenate(rows) if rows else np.zeros((0, len(self.feature_layers) * self.hidden_size), np.float32)
 
     def forward(self, tokens: Sequence[int], return_hidden: bool = False) -> ForwardOut:
+        if self._checkpoint is not None and len(tokens) > 1:  # a verify window: its rejected tail is cut
+            self._checkpoint.save(len(self._tokens))
         rows, features = [], []
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
@@ -376,6 +440,14 @@ class LlamaCppBackend(Backend):
             )
         from localspec.backends.llama_ext import ext
 
+        if self._nextn_rows:
+            ext("llama_set_embeddings_nextn")(self._ctx, False, False)
+            self._nextn_rows = False
+        self._switch_layers(layers)
+
+    def _switch_layers(self, layers: tuple[int, ...]) -> None:
+        from localspec.backends.llama_ext import ext
+
         switch = ext("llama_set_embeddings_layer_inp")
         for i in self.feature_layers:
             switch(self._ctx, i, False)
@@ -383,12 +455,27 @@ class LlamaCppBackend(Backend):
             switch(self._ctx, i, True)
         self.feature_layers = layers
 
-    def _features(self, n: int) -> np.ndarray:
-        """The feature layers' inputs of the last decode's ``n`` tokens, [n, layers x hidden], batch order."""
-        if not self.feature_layers:
-            raise ConfigError("no feature layers chosen (set_feature_layers) for the llama.cpp hidden states")
+    def use_mtp_features(self) -> None:
+        """Hand out, as the rows of every position, what the model's MTP layer reads: the final hidden
+        state after the output norm (llama.cpp's nextn rows), instead of chosen layers' inputs."""
         from localspec.backends.llama_ext import ext
 
+        if not self.mtp_layers:
+            raise ConfigError(f"{self.model_name}: the GGUF has no MTP layers loaded")
+        self._switch_layers(())
+        ext("llama_set_embeddings_nextn")(self._ctx, True, False)  # unmasked: a row for every token
+        self._nextn_rows = True
+
+    def _features(self, n: int) -> np.ndarray:
+        """The feature layers' inputs of the last decode's ``n`` tokens, [n, layers x hidden], batch order
+        (the MTP rows [n, hidden] after use_mtp_features)."""
+        from localspec.backends.llama_ext import ext
+
+        if self._nextn_rows:
+            rows = ext("llama_get_embeddings_nextn")(self._ctx)
+            return np.ctypeslib.as_array(rows, shape=(n, self.hidden_size)).copy()
+        if not self.feature_layers:
+            raise ConfigError("no feature layers chosen (set_feature_layers) for the llama.cpp hidden states")
         get = ext("llama_get_embeddings_layer_inp")
         parts = [np.ctypeslib.as_array(get(self._ctx, i), shape=(n, self.hidden_size)) for i in self.feature_layers]
         return np.concatenate(parts, axis=1)
@@ -473,6 +560,7 @@ class LlamaCppBackend(Backend):
             for j, seq in enumerate(ids):
                 batch.seq_id[i][j] = seq
         ret = self._lib.llama_decode(self._ctx, batch)
+        self._decoded_from = start
         if ret != 0:
             self._lib.llama_memory_seq_rm(self._mem, 0, start, -1)
             self._drop_branches()
@@ -526,6 +614,15 @@ def _chain_first(up: Sequence[int]) -> list[int]:
             node = row
     on_chain = set(chain)
     return chain + [r for r in range(len(up)) if r not in on_chain]
+
+
+def _recurrent_bytes() -> float | None:
+    """Bytes of the recurrent memory the last context allocated, from llama.cpp's log line
+    "llama_memory_recurrent: size = N MiB (... rs_seq) ..." (None if it did not say)."""
+    import re
+
+    found = re.match(r"llama_memory_recurrent: size = +([0-9.]+) MiB \(", _RS_LINES[-1]) if _RS_LINES else None
+    return float(found.group(1)) * 2**20 if found else None
 
 
 def _last_error() -> str:

@@ -83,8 +83,8 @@ def ext(name: str):
         return func
     version = getattr(llama_cpp, "__version__", "?")
     raise ConfigError(
-        f"this libllama (llama-cpp-python {version}) does not export {name}, which EAGLE-3 on llama.cpp "
-        f"needs; install {NEEDS} (`make setup` builds it) or use --backend torch"
+        f"this libllama (llama-cpp-python {version}) does not export {name}, which EAGLE-3 and MTP on "
+        f"llama.cpp need; install {NEEDS} (`make setup` builds it) or use --backend torch"
     )
 
 

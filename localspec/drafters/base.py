@@ -82,6 +82,10 @@ class Drafter:
     # seconds per drafted token, for the controller until it has timed drafting: 0 for a lookup (n-gram,
     # suffix), None when unknown (a network: the first call drafts a short window to find out)
     cost_per_token: float | None = 0.0
+    # a feature-fed drafter that keeps the target's rows of the latest positions itself: a new turn need not
+    # feed a cached prompt token again to hand it the last one (on a recurrent target that cut can cost a
+    # prefill of the whole conversation)
+    keeps_rows = False
 
     def use_sampling(self, sampling: SamplingParams) -> None:
         """Drafters with their own distributions q draw them with the target's sampler settings."""

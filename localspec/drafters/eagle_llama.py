@@ -18,16 +18,15 @@ in backends/llama_cpp.py).
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from localspec.backends.llama_side import DECODE, ENCODE, SideContext, embd
 from localspec.errors import ConfigError, ModelError
 
-ENCODE, DECODE = 0, 1  # enum llama_process_type
 GGML_F32 = 0  # enum ggml_type
 FLASH_ATTN_OFF = 0  # enum llama_flash_attn_type
 TREE_SEQS = 63  # expanded tree nodes the head's cache holds (a sequence each, beside sequence 0)
@@ -54,8 +53,9 @@ def is_gguf_head(spec: str | Path) -> bool:
         return False
 
 
-class LlamaEagle3Head:
+class LlamaEagle3Head(SideContext):
     version = 3
+    what = "the EAGLE-3 head"
 
     def __init__(self, path: Path, target) -> None:
         from localspec.backends.llama_cpp import _last_error, check_gguf
@@ -149,7 +149,7 @@ class LlamaEagle3Head:
             lib.llama_batch_ext_clear(self._batch)
             pos = lib.llama_memory_seq_pos_max(self._mem, 0) + 1  # the encoder ignores positions
             for i, row in enumerate(chunk):
-                idx = lib.llama_batch_ext_add_embd(self._batch, 0, _embd(row))
+                idx = lib.llama_batch_ext_add_embd(self._batch, 0, embd(row))
                 self._place(idx, pos + i, True)
             self._process(ENCODE)
             out[start : start + len(chunk)] = self._rows(self._nextn(self._ctx), len(chunk), self.hidden_size)
@@ -166,10 +166,7 @@ class LlamaEagle3Head:
         for begin, end in [*((b, min(n - 1, b + self.n_batch)) for b in range(0, n - 1, self.n_batch)), (n - 1, n)]:
             lib.llama_batch_ext_clear(self._batch)
             for i in range(begin, end):
-                idx = lib.llama_batch_ext_add_token(self._batch, 0, int(tokens[i]))
-                if idx < 0 or not lib.llama_batch_ext_set_embd_token(self._batch, idx, _embd(rows[i])):
-                    raise ModelError(f"the EAGLE-3 head refused the input at position {start + i}")
-                self._place(idx, start + i, i == n - 1)
+                self._add(tokens[i], rows[i], start + i, i == n - 1)
             self._process(DECODE)
         logits = self._rows(lib.llama_get_logits(self._ctx), 1, self.vocab_size)
         return HeadOut(self._rows(self._nextn(self._ctx), 1, self.hidden_size), logits)
@@ -193,32 +190,10 @@ class LlamaEagle3Head:
     def tree(self, base: int) -> LlamaTree:
         return LlamaTree(self)
 
-    def _place(self, idx: int, pos: int, output: bool) -> None:
-        lib = self._lib
-        if idx < 0:
-            raise ModelError(f"the EAGLE-3 head's batch refused a row ({idx})")
-        lib.llama_batch_ext_set_pos(self._batch, idx, ctypes.byref(ctypes.c_int32(pos)))
-        lib.llama_batch_ext_set_output_logits(self._batch, idx, output)
-
-    def _process(self, kind: int) -> None:
-        from localspec.backends.llama_cpp import _last_error
-
-        ret = self._lib.llama_process(self._ctx, kind, self._batch)
-        if ret != 0:
-            raise ModelError(f"the EAGLE-3 head's llama_process failed ({ret}): {_last_error()}")
-
-    @staticmethod
-    def _rows(ptr, n: int, width: int) -> np.ndarray:
-        if not ptr:
-            raise ModelError("the EAGLE-3 head returned no output rows")
-        return np.ctypeslib.as_array(ptr, shape=(n, width)).copy()
-
     def close(self) -> None:
         from localspec.backends.llama_cpp import free_context_and_model
 
-        if self._batch is not None:
-            self._lib.llama_batch_ext_free(self._batch)
-            self._batch = None
+        self._free_batch()
         free_context_and_model(self)
 
 
@@ -239,10 +214,7 @@ class LlamaTree:
             seq = self.seq_of[node] = len(self.seq_of) + 1
             parent = parents[node]
             lib.llama_memory_seq_cp(head._mem, 0 if parent < 0 else self.seq_of[parent], seq, -1, -1)
-            idx = lib.llama_batch_ext_add_token(head._batch, seq, int(tokens[r]))
-            if idx < 0 or not lib.llama_batch_ext_set_embd_token(head._batch, idx, _embd(rows[r])):
-                raise ModelError("the EAGLE-3 head refused a tree node")
-            head._place(idx, position, True)
+            head._add(tokens[r], rows[r], position, True, seq)
         head._process(DECODE)
         n = len(nodes)
         logits = head._rows(lib.llama_get_logits(head._ctx), n, head.vocab_size)
@@ -252,10 +224,3 @@ class LlamaTree:
         for seq in self.seq_of.values():
             self.head._lib.llama_memory_seq_rm(self.head._mem, seq, -1, -1)
         self.seq_of.clear()
-
-
-def _embd(row: np.ndarray):
-    import llama_cpp
-
-    row = np.ascontiguousarray(row, dtype=np.float32)
-    return llama_cpp.llama_embd(row.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, row.shape[-1])

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 
 from localspec.backends.base import Backend
-from localspec.drafters import draft_model, eagle, ngram, random, suffix
+from localspec.drafters import draft_model, eagle, mtp, ngram, random, suffix
 from localspec.drafters.base import Drafter, NoDrafter
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.context import DrafterContext
@@ -73,6 +73,14 @@ DRAFTERS: dict[str, DrafterKind] = {
             eagle.EagleDrafter,
             eagle.EagleOptions,
             eagle.build,
+            "model",
+        ),
+        DrafterKind(
+            "mtp",
+            "the target's own MTP layer (GGUFs that carry it: Qwen3.5, GLM-4.5, DeepSeek-V3)",
+            mtp.MtpDrafter,
+            None,
+            mtp.build,
             "model",
         ),
         DrafterKind(

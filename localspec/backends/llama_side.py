@@ -1,0 +1,61 @@
+"""A second llama.cpp context that runs beside the target's and is fed rows as well as tokens: an EAGLE-3
+head (its own GGUF model) or the target's own MTP layers (a context of type MTP on the target's model).
+Both use llama.cpp's extended batch (``llama_batch_ext_*``, ``llama_process``): a token may carry a row of
+the target's hidden states, and positions and outputs are set per row."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from localspec.errors import ModelError
+
+ENCODE, DECODE = 0, 1  # enum llama_process_type
+
+
+class SideContext:
+    """The batch plumbing of such a context; ``what`` names it in errors ("the EAGLE-3 head")."""
+
+    what = "the side context"
+    _lib = _ctx = _batch = None
+
+    def _place(self, idx: int, pos: int, output: bool) -> None:
+        lib = self._lib
+        if idx < 0:
+            raise ModelError(f"{self.what}'s batch refused a row ({idx})")
+        lib.llama_batch_ext_set_pos(self._batch, idx, ctypes.byref(ctypes.c_int32(pos)))
+        lib.llama_batch_ext_set_output_logits(self._batch, idx, output)
+
+    def _add(self, token: int, row: np.ndarray, pos: int, output: bool, seq: int = 0) -> None:
+        """A token with its hidden-state row at ``pos``."""
+        lib = self._lib
+        idx = lib.llama_batch_ext_add_token(self._batch, seq, int(token))
+        if idx < 0 or not lib.llama_batch_ext_set_embd_token(self._batch, idx, embd(row)):
+            raise ModelError(f"{self.what} refused the input at position {pos}")
+        self._place(idx, pos, output)
+
+    def _process(self, kind: int) -> None:
+        from localspec.backends.llama_cpp import _last_error
+
+        ret = self._lib.llama_process(self._ctx, kind, self._batch)
+        if ret != 0:
+            raise ModelError(f"{self.what}'s llama_process failed ({ret}): {_last_error()}")
+
+    def _rows(self, ptr, n: int, width: int) -> np.ndarray:
+        if not ptr:
+            raise ModelError(f"{self.what} returned no output rows")
+        return np.ctypeslib.as_array(ptr, shape=(n, width)).copy()
+
+    def _free_batch(self) -> None:
+        if self._batch is not None:
+            self._lib.llama_batch_ext_free(self._batch)
+            self._batch = None
+
+
+def embd(row: np.ndarray):
+    """A llama_embd view of one float32 row (kept alive by the caller's array)."""
+    import llama_cpp
+
+    row = np.ascontiguousarray(row, dtype=np.float32)
+    return llama_cpp.llama_embd(row.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, row.shape[-1])

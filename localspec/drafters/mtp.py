@@ -1,0 +1,110 @@
+"""MTP drafting (`--drafter mtp`): the target's own multi-token-prediction layer drafts for it.
+
+The layer reads, for position P, the token at P and the target's final hidden state (after the output norm)
+at P - 1, and predicts the token at P + 1. So the drafter is fed the target's rows of every cached position
+(``needs.hidden_states``; the backend hands out the MTP rows, ``use_mtp_features``): each step's accepted
+positions are paired with the rows before them and put into the layer's cache, and then the layer drafts
+from the pending token, chaining on its own hidden row for every further token. Its draft tokens come with
+their probability under the layer as confidence, and at temperature > 0 with the layer's distributions q
+(the target's sampler settings on the layer's logits), so verification is the usual rejection sampling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from localspec.drafters.base import Drafter, DrafterNeeds
+from localspec.drafters.draft_model import GREEDY, pick_token
+from localspec.errors import ConfigError
+from localspec.types import Draft, Features, Verdict
+
+HISTORY = 128  # the target's rows of the latest positions kept (a new turn resumes within them)
+
+
+def build(target, options, context) -> MtpDrafter:
+    from localspec.drafters.mtp_llama import LlamaMtpHead
+
+    if target is None:
+        raise ConfigError("the mtp drafter needs a loaded target model")
+    if target.name != "llama.cpp":
+        raise ConfigError(
+            f"--drafter mtp runs on llama.cpp (a GGUF that carries the MTP layers); the {target.name} backend "
+            f"has no MTP drafter yet: use --backend llama.cpp"
+        )
+    head = LlamaMtpHead(target)
+    try:
+        target.use_mtp_features()
+        return MtpDrafter(head, target, context.seed)
+    except BaseException:
+        head.close()
+        raise
+
+
+class MtpDrafter(Drafter):
+    name = "mtp"
+    needs = DrafterNeeds(hidden_states=True)
+    keeps_rows = True  # the latest HISTORY rows
+
+    def __init__(self, head, target, seed: int | None = None) -> None:
+        self.head, self.target = head, target
+        self.vocab = target.vocab_size
+        self.rng = np.random.default_rng(seed)
+        self._rows: dict[int, np.ndarray] = {}  # position -> the target's row there (the latest HISTORY)
+        self._zero = np.zeros(head.hidden_size, np.float32)
+        self.cost_per_token = head.time_step()
+        self.drafted = 0
+
+    def _row(self, pos: int) -> np.ndarray:
+        """The target's row at ``pos``; zeros before the start or where it is no longer kept (that pair
+        then drafts worse, never wrongly: every draft is verified)."""
+        return self._rows.get(pos, self._zero)
+
+    def feed(self, context: Sequence[int], features: Features) -> None:
+        start, rows = features.start, np.asarray(features.rows, np.float32)
+        tokens = list(context[start : start + len(rows)])
+        inputs = np.stack([self._row(start - 1), *rows[: len(tokens) - 1]]) if tokens else rows[:0]
+        self.head.feed(tokens, inputs, start)
+        for i, row in enumerate(rows[: len(tokens)]):
+            self._rows[start + i] = row
+        last = start + len(tokens) - 1
+        for pos in [p for p in self._rows if p <= last - HISTORY or p > last]:
+            del self._rows[pos]
+
+    def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
+        if features is not None:
+            self.feed(context, features)
+        sampling = self.sampling or GREEDY
+        pos = len(context) - 1  # the pending token's position
+        token, row = int(context[-1]), self._row(pos - 1)
+        tokens, q_rows, confidence = [], [], []
+        for _ in range(max_tokens):
+            logits, row = self.head.step(token, row, pos)
+            token = pick_token(logits[: self.vocab], sampling, self.rng, self.vocab, q_rows)
+            tokens.append(token)
+            confidence.append(_probability(logits, token))
+            pos += 1
+        self.drafted += len(tokens)
+        return Draft.chain(tokens, np.stack(q_rows) if q_rows else None, confidence)
+
+    def observe(self, verdict: Verdict) -> None:
+        pass  # the next feed cuts the layer's cache back to what the target kept
+
+    def figures(self) -> dict:
+        figures = {"mtp_layers": self.target.mtp_layers, "mtp_drafted": self.drafted}
+        self.drafted = 0
+        return figures
+
+    def describe(self) -> str:
+        return f"{self.target.mtp_layers} MTP layer(s) of the target"
+
+    def close(self) -> None:
+        self.head.close()
+
+
+def _probability(logits: np.ndarray, token: int) -> float:
+    """The layer's softmax probability of ``token`` (temperature 1): how sure it is."""
+    z = logits - logits.max()
+    e = np.exp(z)
+    return float(e[token] / e.sum())

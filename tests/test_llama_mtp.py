@@ -1,0 +1,152 @@
+"""MTP drafting on llama.cpp with tiny Qwen3.5-layout GGUFs that carry an MTP block (tests/tiny_hybrid.py):
+the layer is loaded and found from the GGUF, it is paired with the right token and hidden row (blocks built
+so that their drafts are known exactly), greedy output equals plain decoding, sampling keeps the target's
+distribution, and a model without the layer is refused by name."""
+
+import numpy as np
+import pytest
+from test_distribution import chi_square_p
+from tiny_hybrid import write_tiny_qwen35
+
+from localspec.backends.llama_cpp import LlamaCppBackend
+from localspec.drafters.base import NoDrafter
+from localspec.drafters.context import DrafterContext
+from localspec.drafters.mtp import build
+from localspec.engine import generate
+from localspec.errors import ConfigError
+from localspec.sampling import SamplingParams
+from localspec.speclen import FixedK
+
+pytestmark = pytest.mark.model
+GREEDY = SamplingParams(temperature=0)
+
+
+def load(tmp_path_factory, **kwargs):
+    name = "-".join(f"{k}={v}" for k, v in kwargs.items()) or "plain"
+    path = write_tiny_qwen35(tmp_path_factory.mktemp("mtp") / f"{name}.gguf", **kwargs)
+    return LlamaCppBackend(path, n_ctx=512, n_threads=2)
+
+
+@pytest.fixture(scope="module")
+def partial_mtp(tmp_path_factory):
+    """A token-reading block on a random trunk: right about half the time (greedy), so drafts are both
+    accepted and rejected."""
+    with load(tmp_path_factory, mtp="token") as backend:
+        yield backend
+
+
+def prompt_of(backend):
+    return backend.tokenize("the quick brown fox jumps over the lazy dog and")
+
+
+def test_the_mtp_block_is_loaded_and_the_trunk_is_the_rest(partial_mtp):
+    assert partial_mtp.mtp_layers == 1 and partial_mtp.n_layers == 4
+    assert partial_mtp.capabilities.hidden_states and partial_mtp.max_rollback == 16
+
+
+@pytest.mark.parametrize("draft_tokens", [FixedK(4), "auto"])
+def test_greedy_mtp_output_equals_plain(partial_mtp, draft_tokens):
+    prompt = prompt_of(partial_mtp)
+    plain = generate(partial_mtp, NoDrafter(), prompt, GREEDY, max_tokens=60)
+    drafter = build(partial_mtp, None, DrafterContext(seed=0))
+    try:
+        out = generate(partial_mtp, drafter, prompt, GREEDY, max_tokens=60, draft_tokens=draft_tokens)
+        again = generate(partial_mtp, drafter, prompt, GREEDY, max_tokens=60, draft_tokens=draft_tokens)
+    finally:
+        drafter.close()
+    assert out.tokens == plain.tokens and again.tokens == plain.tokens
+    if isinstance(draft_tokens, FixedK):
+        assert out.stats.drafter["mtp_drafted"] > 0
+
+
+def test_a_token_reading_block_on_an_identity_trunk_drafts_every_token_right(tmp_path_factory):
+    """The target's next token is f(last token) and so is the block's prediction from the token it is
+    given: drafts are right exactly when the block gets the pending token at its position and chains on its
+    own output. A pairing one position off would draft f(f(x)) or the token itself."""
+    with load(tmp_path_factory, mtp="token", trunk="identity") as backend:
+        prompt = prompt_of(backend)
+        plain = generate(backend, NoDrafter(), prompt, GREEDY, max_tokens=64)
+        drafter = build(backend, None, DrafterContext(seed=0))
+        try:
+            out = generate(backend, drafter, prompt, GREEDY, max_tokens=64, draft_tokens=FixedK(8))
+        finally:
+            drafter.close()
+    assert out.tokens == plain.tokens
+    assert out.stats.accepted == out.stats.drafted > 0  # tau = 9 a step
+
+
+def test_a_hidden_reading_block_gets_the_targets_row_of_the_position_before(tmp_path_factory):
+    """Reading only the hidden row, the block reproduces the target's logits at the position before the
+    pending token, whose greedy pick *is* the pending token: its first draft token must repeat it."""
+    with load(tmp_path_factory, mtp="hidden", trunk="identity") as backend:
+        drafter = build(backend, None, DrafterContext(seed=0))
+        pairs = []
+        propose = drafter.propose
+
+        def recording(context, max_tokens, features=None):
+            draft = propose(context, max_tokens, features)
+            pairs.append((context[-1], draft.tokens[0]))
+            return draft
+
+        drafter.propose = recording
+        try:
+            generate(backend, drafter, prompt_of(backend), GREEDY, max_tokens=40, draft_tokens=FixedK(2))
+        finally:
+            drafter.close()
+    later = pairs[1:]  # the first pending token is the prompt's own, not a greedy pick
+    assert len(later) >= 10 and all(pending == first for pending, first in later)
+
+
+def exact_pairs(backend, prompt, sampling):
+    """The target's own distribution of its first two tokens."""
+    backend.truncate(0)
+    first = sampling.probs(backend.forward(prompt).logits[-1])[0]
+    dist = {}
+    for t1 in np.flatnonzero(first):
+        backend.truncate(len(prompt))
+        second = sampling.probs(backend.forward([int(t1)]).logits[-1])[0]
+        for t2 in np.flatnonzero(second):
+            dist[(int(t1), int(t2))] = first[t1] * second[t2]
+    backend.truncate(0)
+    return dist
+
+
+def test_sampled_mtp_keeps_the_targets_distribution(partial_mtp):
+    """At T > 0 the MTP drafts carry the layer's q rows; the first two tokens of sampled answers follow the
+    target's exact distribution (chi-square), and drafts were both accepted and rejected."""
+    sampling = SamplingParams(temperature=1.0, top_k=6, top_p=1.0, min_p=0.0)
+    prompt = prompt_of(partial_mtp)
+    dist = exact_pairs(partial_mtp, prompt, sampling)
+    drafter = build(partial_mtp, None, DrafterContext(seed=0))
+    rng, counts, accepted = np.random.default_rng(7), {}, set()
+    try:
+        for _ in range(1500):
+            out = generate(partial_mtp, drafter, prompt, sampling, max_tokens=2, draft_tokens=FixedK(2), rng=rng)
+            counts[out.tokens[:2]] = counts.get(out.tokens[:2], 0) + 1
+            accepted.add(out.stats.accepted)
+    finally:
+        drafter.close()
+    assert {0, 1} <= accepted
+    assert chi_square_p(counts, dist) > 1e-3
+
+
+def test_a_model_without_mtp_layers_is_refused_by_name(tmp_path_factory):
+    with load(tmp_path_factory) as backend:
+        assert backend.mtp_layers == 0
+        with pytest.raises(ConfigError, match=r"tiny-qwen35.*no MTP layers.*nextn_predict_layers"):
+            build(backend, None, DrafterContext())
+
+
+def test_list_finds_the_mtp_layer_in_the_file_not_in_its_name(tmp_path):
+    from localspec.gguf_meta import mtp_layers
+    from localspec.hub import listing
+    from localspec.registry import ModelEntry, Registry
+
+    files = {
+        m: write_tiny_qwen35(tmp_path / f"model-{i}.gguf", mtp=m) for i, m in enumerate(("random", None, "no-nextn"))
+    }
+    assert [mtp_layers(p) for p in files.values()] == [1, 0, 0]
+    models = {f"m{i}": ModelEntry(f"m{i}", path=str(p), drafters=("suffix",)) for i, p in enumerate(files.values())}
+    rows = {row["name"]: row for row in listing(Registry("m0", models))}
+    assert rows["m0"]["drafters"] == ["suffix", "mtp"] and rows["m0"]["downloaded"][0]["mtp_layers"] == 1
+    assert rows["m1"]["drafters"] == rows["m2"]["drafters"] == ["suffix"]

@@ -38,8 +38,10 @@ def on_apple_silicon() -> bool:
 
 
 def default_backend(entry: ModelEntry) -> str:
-    """MLX on Apple silicon when the model has an MLX source, llama.cpp otherwise."""
-    return "mlx" if on_apple_silicon() and entry.mlx_repo else "llama.cpp"
+    """MLX on Apple silicon when the model has an MLX source, torch when it has nothing else, else llama.cpp."""
+    if on_apple_silicon() and entry.mlx_repo:
+        return "mlx"
+    return "llama.cpp" if "llama.cpp" in entry.sources() or not entry.torch_repo else "torch"
 
 
 def pull(

@@ -34,6 +34,11 @@ def test_builtin_registry_has_the_default_model():
     assert llama.drafts == ("llama3.2-1b",) and llama.eagle["torch"] and llama.gguf_file("Q8_0").endswith(".gguf")
     assert "qwen2.5-coder-0.5b" in registry.compatible_drafts("qwen2.5-coder-7b")
     assert "smollm2-135m" not in registry.compatible_drafts("qwen2.5-coder-7b")
+    from localspec.hub import default_backend
+
+    mimo = registry.get("mimo-7b-rl")  # torch only: its MTP layer runs there
+    assert mimo.sources() == ["torch"] and default_backend(mimo) == "torch" and mimo.drafters[0] == "suffix+mtp"
+    assert default_backend(registry.get("qwen2.5-coder-1.5b")) in ("llama.cpp", "mlx")
     qwen35 = registry.get("qwen3.5-4b")  # a hybrid model with an MTP layer: a chain with its own MTP drafter
     assert qwen35.drafters[0] == "suffix+mtp" and qwen35.gguf_file().endswith(".gguf") and not qwen35.drafts
 

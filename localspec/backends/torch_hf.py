@@ -10,7 +10,7 @@ from pathlib import Path
 from localspec.backends.base import Backend
 from localspec.errors import ConfigError, ModelError
 
-SUPPORTED = ("llama", "qwen2", "mistral")
+SUPPORTED = ("llama", "qwen2", "mistral", "mimo")  # mimo: a Qwen2 body (+ MTP layers, drafters/mtp_torch.py)
 HF_LAYER_NAMES = {
     "input_layernorm": "attn_norm",
     "self_attn.q_proj": "q",
@@ -54,7 +54,7 @@ def decoder_config(folder: Path):
         rms_eps=cfg.get("rms_norm_eps", 1e-6),
         rope_theta=cfg.get("rope_theta", 10000.0),
         rope_scaling=cfg.get("rope_scaling"),
-        attn_bias=kind == "qwen2" or bool(cfg.get("attention_bias")),
+        attn_bias=kind in ("qwen2", "mimo") or bool(cfg.get("attention_bias")),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         max_positions=cfg.get("max_position_embeddings", 4096),
     )

@@ -86,14 +86,23 @@ class EagleDrafter(Drafter):
     needs = DrafterNeeds(hidden_states=True, feature_layers=True)
 
     def __init__(
-        self, target, head_folder: Path, seed: int | None = None, tree_nodes: int = 0, tree_width: int = TREE_WIDTH
+        self,
+        target,
+        head_folder: Path | None,
+        seed: int | None = None,
+        tree_nodes: int = 0,
+        tree_width: int = TREE_WIDTH,
+        head=None,
     ) -> None:
+        """``head``: a head already built (the torch MTP layer), else the one in ``head_folder``."""
         if tree_nodes:
             self.needs = DrafterNeeds(hidden_states=True, feature_layers=True, tree_attention=True)
         check_fit(target, self)
         if tree_nodes < 0 or tree_width < 1 or tree_nodes > TREE_SLOTS // 2:
             raise ConfigError(f"--eagle-tree must be 0 (chains) or 1..{TREE_SLOTS // 2} nodes, got {tree_nodes}")
-        if target.name == "mlx":
+        if head is not None:
+            self.head = head
+        elif target.name == "mlx":
             from localspec.drafters.eagle_mlx import MlxEagleHead
 
             self.head = MlxEagleHead(Path(head_folder), target)

@@ -145,7 +145,7 @@ class EagleHead:
     version = 0
     feature_layers: tuple[int, ...] = (-1,)
 
-    def _setup(self, config: dict, state: dict, target, in_features: int) -> None:
+    def _setup(self, config: dict, state: dict, target, in_features: int, attn_bias: bool = False) -> None:
         from localspec.backends.torch_decoder import Decoder, DecoderConfig
 
         t = target.model.cfg
@@ -163,6 +163,7 @@ class EagleHead:
             rms_eps=config.get("rms_norm_eps", t.rms_eps),
             rope_theta=config.get("rope_theta", t.rope_theta),
             rope_scaling=config.get("rope_scaling", t.rope_scaling),
+            attn_bias=attn_bias,
             tie_embeddings=True,
             max_positions=t.max_positions + TREE_SLOTS,
         )

@@ -1,4 +1,5 @@
-"""MTP drafting (`--drafter mtp`): the target's own multi-token-prediction layer drafts for it.
+"""MTP drafting (`--drafter mtp`): the target's own multi-token-prediction layer drafts for it. On llama.cpp
+(below, with mtp_llama.py); on torch for MiMo's layout, through the EAGLE drafter (mtp_torch.py).
 
 The layer reads, for position P, the token at P and the target's final hidden state (after the output norm)
 at P - 1, and predicts the token at P + 1. So the drafter is fed the target's rows of every cached position
@@ -23,15 +24,20 @@ from localspec.types import Draft, Features, Verdict
 HISTORY = 128  # the target's rows of the latest positions kept (a new turn resumes within them)
 
 
-def build(target, options, context) -> MtpDrafter:
+def build(target, options, context) -> Drafter:
+    """The MTP layer of the target: llama.cpp's (a GGUF that carries it), or MiMo's on torch."""
     from localspec.drafters.mtp_llama import LlamaMtpHead
 
     if target is None:
         raise ConfigError("the mtp drafter needs a loaded target model")
+    if target.name == "torch":
+        from localspec.drafters.mtp_torch import TorchMtpDrafter
+
+        return TorchMtpDrafter(target, context.seed)
     if target.name != "llama.cpp":
         raise ConfigError(
-            f"--drafter mtp runs on llama.cpp (a GGUF that carries the MTP layers); the {target.name} backend "
-            f"has no MTP drafter yet: use --backend llama.cpp"
+            f"--drafter mtp runs on llama.cpp (a GGUF that carries the MTP layers) and on torch (MiMo); the "
+            f"{target.name} backend has no MTP drafter yet"
         )
     head = LlamaMtpHead(target)
     try:

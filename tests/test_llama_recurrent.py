@@ -185,3 +185,23 @@ def test_without_snapshots_a_cut_within_a_verify_window_restores_the_saved_state
 def test_greedy_speculation_with_checkpoints_equals_plain_and_drafts_past_16(checkpointed):
     out, plain = oracle_run(checkpointed, 18, 80, 24)
     assert out.tokens == plain and out.stats.accepted > 0 and len(out.stats.drafted_at) == 24
+
+
+def test_a_hybrid_draft_model_cuts_its_drafts_back_from_a_saved_state(qwen35, tmp_path):
+    """A recurrent draft model drafts token by token, so its rejected drafts lie before its last decode call,
+    past what snapshots restore: it saves its state where drafting starts and returns there, instead of
+    prefilling its whole context again every step."""
+    from localspec.drafters.draft_model import DraftModelDrafter
+    from localspec.speclen import FixedK
+
+    with LlamaCppBackend(write_tiny_qwen35(tmp_path / "draft.gguf", seed=5), n_ctx=256, n_threads=2) as draft:
+        drafter = DraftModelDrafter(draft, qwen35.vocab_size, qwen35.vocab_size, seed=0)
+        fed, real = [], draft.prefill
+        draft.prefill = lambda tokens, progress=None: (fed.append(len(tokens)), real(tokens, progress))[1]
+        prompt = [60, 61, 62, 63, 64, 65]
+        qwen35.truncate(0)
+        plain = generate(qwen35, NoDrafter(), prompt, GREEDY, max_tokens=40).tokens
+        qwen35.truncate(0)
+        out = generate(qwen35, drafter, prompt, GREEDY, max_tokens=40, draft_tokens=FixedK(4))
+    assert out.tokens == plain and out.stats.drafted > out.stats.accepted
+    assert sum(fed) <= len(prompt) + 2 * 40, fed

@@ -123,6 +123,10 @@ class Backend:
         """Keep the first ``keep`` cached positions (absolute; a no-op if ``keep >= cached_len``)."""
         raise NotImplementedError
 
+    def checkpoint(self) -> None:
+        """Mark the cache's current length as one a later cut may return to cheaply: a recurrent state is
+        saved there (a draft model's drafts are cut back to it); a no-op for caches cut by position."""
+
     def prefill(self, tokens: Sequence[int], progress: Progress = None) -> None:
         """Append ``tokens`` to the cache without asking for any logits."""
         raise NotImplementedError

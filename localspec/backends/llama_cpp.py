@@ -136,6 +136,7 @@ class LlamaCppBackend(Backend):
         self.path = check_gguf(path)
         lib = self._lib = _lib()
         self._model = self._ctx = self._batch = self._reference = self._checkpoint = None
+        self.checkpoints = False  # a state saved before each verify window (a recurrent state without snapshots)
         self._decoded_from = 0  # the cache length before the last decode call (recurrent rollback)
         self._invariant = False
         self._branches = 0  # leaf sequences of the tree being verified (1..n)
@@ -359,6 +360,13 @@ class LlamaCppBackend(Backend):
         if again:
             self.prefill(again)
 
+    def checkpoint(self) -> None:
+        if not self.recurrent or not StateCheckpoint.supported(self._lib):
+            return
+        if self._checkpoint is None:
+            self._checkpoint = StateCheckpoint(self._lib, self._ctx)
+        self._checkpoint.save(len(self._tokens))
+
     def _restore_checkpoint(self, keep: int) -> int:
         """Cut the cache back to the saved state's position if it lies at or before ``keep``, else to 0;
         the position it was cut to."""
@@ -410,7 +418,7 @@ class LlamaCppBackend(Backend):
         return np.concatenate(rows) if rows else np.zeros((0, len(self.feature_layers) * self.hidden_size), np.float32)
 
     def forward(self, tokens: Sequence[int], return_hidden: bool = False) -> ForwardOut:
-        if self._checkpoint is not None and len(tokens) > 1:  # a verify window: its rejected tail is cut
+        if self.checkpoints and len(tokens) > 1:  # no snapshots: a verify window's rejected tail is cut back
             self._checkpoint.save(len(self._tokens))
         rows, features = [], []
         for start in range(0, len(tokens), self.n_batch):

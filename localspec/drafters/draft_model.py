@@ -113,6 +113,7 @@ class DraftModelDrafter(Drafter):
             new = new[-1:]
         self._synced = len(context)
         row = self.draft.forward(new).logits[-1]
+        self.draft.checkpoint()  # a recurrent draft model: its drafts are cut back to here next time
         tokens: list[int] = []
         rows: list[np.ndarray] = []
         for i in range(max_tokens):

@@ -62,9 +62,9 @@ def stream_generate(
     need_hidden = drafter.needs.hidden_states
     started = time.perf_counter()
     try:
-        features = _prefill(backend, drafter, context, on_prefill, stats)
         drafter.use_sampling(sampling)
-        drafter.begin(context)
+        drafter.begin(context)  # first: a feature-fed drafter sets which rows the target hands out
+        features = _prefill(backend, drafter, context, on_prefill, stats)
         policy.begin_turn(drafter.cost_per_token)
         drafter.bind(policy)
         started = last_end = time.perf_counter()
@@ -88,6 +88,8 @@ def stream_generate(
             # a tree also needs a cache slot per node (cap bounds its depth, not its size)
             draft = draft.cut(policy.trim(draft.main_chain(), drafting)).prefix(backend.n_ctx - len(context))
             # verify
+            if margin and len(draft) and backend.max_rollback:  # a held first row cuts the whole window off,
+                backend.checkpoint()  # which a recurrent state's snapshots do not reach
             out = _forward(backend, context, draft, need_hidden)
             verdict = verify_draft(draft, out.logits, sampling, streams.after(len(context) - len(prompt)), stats.rules)
             forced, gap = held, None

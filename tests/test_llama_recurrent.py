@@ -157,13 +157,14 @@ def checkpointed(tmp_path_factory):
     """The tiny qwen35 made without snapshots, as llama.cpp makes Mamba, RWKV or Qwen3-Next: checkpoints."""
     import localspec.backends.llama_cpp as llama
 
+    path = write_tiny_qwen35(tmp_path_factory.mktemp("checkpoint") / "qwen35.gguf")
     saved, llama.RS_SNAPSHOTS = llama.RS_SNAPSHOTS, 0
     try:
-        path = write_tiny_qwen35(tmp_path_factory.mktemp("checkpoint") / "qwen35.gguf")
-        with LlamaCppBackend(path, n_ctx=256, n_threads=2) as backend:
-            yield backend
+        backend = LlamaCppBackend(path, n_ctx=256, n_threads=2)
     finally:
-        llama.RS_SNAPSHOTS = saved
+        llama.RS_SNAPSHOTS = saved  # read when a context is made: other tests' models keep their snapshots
+    with backend:
+        yield backend
 
 
 def test_without_snapshots_a_cut_within_a_verify_window_restores_the_saved_state(checkpointed, qwen35):
@@ -205,3 +206,23 @@ def test_a_hybrid_draft_model_cuts_its_drafts_back_from_a_saved_state(qwen35, tm
         out = generate(qwen35, drafter, prompt, GREEDY, max_tokens=40, draft_tokens=FixedK(4))
     assert out.tokens == plain and out.stats.drafted > out.stats.accepted
     assert sum(fed) <= len(prompt) + 2 * 40, fed
+
+
+def test_a_loaded_conversation_state_is_cut_without_the_snapshots_of_another(qwen35):
+    """llama.cpp restores a saved state without its snapshots: a cut right after loading must not use the
+    snapshots of whatever ran before."""
+    a = [int(t) for t in np.random.default_rng(3).integers(0, 257, 40)]
+    b = [int(t) for t in np.random.default_rng(4).integers(0, 257, 40)]
+    qwen35.truncate(0)
+    qwen35.prefill(a[:20])
+    qwen35.forward(a[20:])
+    saved = qwen35.save_state()
+    qwen35.truncate(0)
+    qwen35.prefill(b[:30])
+    qwen35.forward(b[30:])  # the snapshots now hold b's states
+    qwen35.load_state(a, saved)
+    qwen35.truncate(37)
+    got = qwen35.forward(a[37:38]).logits[-1]
+    qwen35.truncate(0)
+    want = qwen35.forward(a[:38]).logits[-1]
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()

@@ -249,3 +249,15 @@ def test_a_saved_curve_is_used_from_the_first_step():
     assert second.figures()["costs_loaded"] == len(saved["verify_s"])
     assert mode([n for _, n in chosen[20:]]) == best
     assert second.figures()["explore_steps"] < first.figures()["explore_steps"]  # little left to measure
+
+
+def test_a_chain_is_always_asked_and_its_choice_decides():
+    """A chain's copy drafter is free, so the plan always asks for the cap; a model drafter that cannot pay
+    is then not chosen (choose says 0: verify the copy's proposal)."""
+    ctl = AdaptiveK(8)
+    ctl.load_costs({"verify_s": {str(n): CPU[n] for n in CPU}, "count": {str(n): 9 for n in CPU}})
+    ctl.begin_turn(0.0)
+    ctl.chain(0.58)  # the 0.5B -> 1.5B pair on this CPU
+    ctl.cost.line.record(8, 0.3)  # the copy drafter's calls looked slow: it is not "cheap" any more
+    assert ctl.plan(8) == 8
+    assert ctl.choose(Draft.chain([1, 2, 3]), 8) == 0 and ctl.choose(Draft(), 8) == 0

@@ -134,3 +134,14 @@ def test_a_folder_without_mtp_layers_is_refused_by_name(tmp_path):
     write_hf_checkpoint(tmp_path, "qwen2")
     with pytest.raises(ConfigError, match=r"no MTP layers.*num_nextn_predict_layers"):
         build(backend_of(tmp_path), None, DrafterContext())
+
+
+def test_a_mimo_folder_missing_part_of_its_mtp_layer_is_a_clear_error(tmp_path):
+    from localspec.errors import ModelError
+
+    folder = write_mimo(tmp_path)
+    state = load_file(str(folder / "model.safetensors"))
+    del state["model.mtp_layers.0.token_layernorm.weight"]
+    save_file(state, str(folder / "model.safetensors"))
+    with pytest.raises(ModelError, match=r"token_layernorm.weight is missing; download"):
+        build(backend_of(folder), None, DrafterContext())

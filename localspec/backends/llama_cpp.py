@@ -239,6 +239,7 @@ class LlamaCppBackend(Backend):
         fits = max(1, int(RS_SHARE * available // per)) if available and per > 0 else n
         if fits < n:
             self._lib.llama_free(self._ctx)
+            self._ctx = None
             self._ctx = self._new_context(threads, fits)
             n = self._lib.llama_n_rs_seq(self._ctx)
         return int(per * n)
@@ -345,7 +346,7 @@ class LlamaCppBackend(Backend):
         keep = max(0, keep)
         # Always ask llama.cpp, even if our list is short already: a Ctrl-C that lands between a decode and
         # the bookkeeping after it must not leave stray cells in the cache.
-        again = None
+        again, restored = None, False
         # llama.cpp's snapshots hold the state after each token of the last decode call, none from before it:
         # it accepts a cut to (or past) that call's start but leaves a wrong state (measured on qwen35), so
         # such a cut is treated as one it refuses
@@ -353,11 +354,16 @@ class LlamaCppBackend(Backend):
         if before_last or not self._lib.llama_memory_seq_rm(self._mem, 0, keep, -1):
             # llama.cpp cannot cut this recurrent state back so far (past its snapshots, or it has none):
             # back to the state saved at the window's start, else to the start, and the kept positions again
-            start = self._restore_checkpoint(keep)
+            start, restored = self._restore_checkpoint(keep)
             again, keep = self._tokens[start:keep], start
+        elif self._checkpoint is not None and (self._checkpoint.position or 0) > keep:
+            self._checkpoint.drop()  # it saved positions that are gone now
         self._drop_branches()
         del self._tokens[keep:]
-        if again:
+        if again and restored:  # a few tokens after a saved state: as the window computed them (exact kernels)
+            for begin in range(0, len(again), self.n_batch):
+                self._decode(again[begin : begin + self.n_batch], logits=self._invariant)
+        elif again:
             self.prefill(again)
 
     def checkpoint(self) -> None:
@@ -367,18 +373,18 @@ class LlamaCppBackend(Backend):
             self._checkpoint = StateCheckpoint(self._lib, self._ctx)
         self._checkpoint.save(len(self._tokens))
 
-    def _restore_checkpoint(self, keep: int) -> int:
-        """Cut the cache back to the saved state's position if it lies at or before ``keep``, else to 0;
-        the position it was cut to."""
+    def _restore_checkpoint(self, keep: int) -> tuple[int, bool]:
+        """Cut the cache back to the saved state's position if it lies at or before ``keep``, else to 0:
+        (the position it was cut to, whether the saved state was restored)."""
         point = self._checkpoint
         if point is not None and point.position is not None and point.position <= keep:
             start = point.position
             if point.restore() and self._lib.llama_memory_seq_rm(self._mem, 0, start, -1):
-                return start
+                return start, True
         if point is not None:
             point.drop()
         self._lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
-        return 0
+        return 0, False
 
     def save_state(self):
         """A ctypes byte array (bytes-like; copied once, out of llama.cpp)."""
@@ -395,6 +401,10 @@ class LlamaCppBackend(Backend):
             self.truncate(0)
             raise ModelError("llama.cpp could not load a saved conversation state; it is prefilled again")
         self._tokens[:] = [int(t) for t in tokens]
+        # llama.cpp restores the state, not its snapshots: no cut of this cache may use them
+        self._decoded_from = len(self._tokens)
+        if self._checkpoint is not None:
+            self._checkpoint.drop()
 
     def prefill(self, tokens: Sequence[int], progress: Progress = None) -> None:
         self._prefill(tokens, progress, features=False)

@@ -13,6 +13,7 @@ stay right.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from localspec.drafters.base import Drafter, DrafterNeeds
@@ -56,8 +57,10 @@ class ChainDrafter(Drafter):
         k = self._policy.choose(copy, max_tokens, self.model.catchup_estimate(context)) if self._policy else 0
         if k == 0:
             self._drafted_by = self.copy
-            if features is not None:
+            if features is not None:  # keeping the model's cache whole is its cost, not the copy's drafting
+                t0 = time.perf_counter()
                 self.model.feed(context, features)
+                self.catchup_s = time.perf_counter() - t0
             return copy
         self._drafted_by = self.model
         draft = self.model.propose(context, k, features)

@@ -110,6 +110,7 @@ class EagleDrafter(Drafter):
             self.head = _llama_head(Path(head_folder), target)
         else:
             self.head = load_eagle_head(Path(head_folder), target)
+        self.target = target
         target.set_feature_layers(self.head.feature_layers)
         self.target_vocab = target.vocab_size
         self.tree_nodes, self.tree_width = tree_nodes, tree_width
@@ -129,6 +130,7 @@ class EagleDrafter(Drafter):
     def begin(self, prompt: Sequence[int]) -> None:
         """A new turn keeps the head's cache for the part of the conversation that did not change: slot j
         (token j+1, feature j) stays valid while tokens 0..j+1 are the same."""
+        self.target.set_feature_layers(self.head.feature_layers)  # another drafter may have switched them
         self._catch_up()  # what the last turn handed over belongs to its context
         if self._first is not None:
             same = common_prefix(self._context, prompt)

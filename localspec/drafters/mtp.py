@@ -62,6 +62,9 @@ class MtpDrafter(Drafter):
         self.cost_per_token = head.time_step()
         self.drafted = 0
 
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.target.use_mtp_features()  # another drafter (a bench method, a chat's earlier one) may have switched
+
     def _row(self, pos: int) -> np.ndarray:
         """The target's row at ``pos``; zeros before the start or where it is no longer kept (that pair
         then drafts worse, never wrongly: every draft is verified)."""

@@ -44,10 +44,16 @@ class LlamaMtpHead(SideContext):
         self._ctx = lib.llama_init_from_model(target._model, cparams)
         if not self._ctx:
             raise ModelError(f"llama.cpp could not create the MTP context of {target.model_name}: {_last_error()}")
-        self._mem = lib.llama_get_memory(self._ctx)
-        ext("llama_set_embeddings_nextn")(self._ctx, True, True)  # rows of the output tokens only
-        self._nextn = ext("llama_get_embeddings_nextn")
-        self._batch = lib.llama_batch_ext_init(self._ctx)
+        try:
+            self._mem = lib.llama_get_memory(self._ctx)
+            ext("llama_set_embeddings_nextn")(self._ctx, True, True)  # rows of the output tokens only
+            self._nextn = ext("llama_get_embeddings_nextn")
+            self._batch = lib.llama_batch_ext_init(self._ctx)
+            if not self._batch:
+                raise ModelError(f"llama.cpp could not make a batch for the MTP context: {_last_error()}")
+        except BaseException:
+            self.close()
+            raise
         self.n_batch, self.hidden_size, self.vocab_size = target.n_batch, target.hidden_size, target.vocab_size
 
     def feed(self, tokens, rows: np.ndarray, start: int) -> None:

@@ -47,8 +47,13 @@ def _mtp_tensors(folder) -> dict:
         with safe_open(str(folder / name), framework="pt") as f:
             names = f.keys()  # a safetensors file handle, not a dict
             state.update({k: f.get_tensor(k) for k in names if k.startswith(PREFIX)})
-    if f"{PREFIX}input_proj.weight" not in state:
-        raise ModelError(f"{folder}: config.json declares MTP layers but {PREFIX}input_proj.weight is missing")
+    names = ("input_proj", "token_layernorm", "hidden_layernorm", "final_layernorm")
+    missing = [n for n in names if f"{PREFIX}{n}.weight" not in state]
+    if missing:
+        raise ModelError(
+            f"{folder}: config.json declares MTP layers but {', '.join(PREFIX + n + '.weight' for n in missing)} "
+            f"is missing; download the checkpoint again"
+        )
     return state
 
 

@@ -133,6 +133,7 @@ class AdaptiveK:
         """cost_per_token: the drafter's own figure for a drafted token, used until drafting is timed
         (0: a lookup; None: unknown)."""
         self._use(0)
+        self._copy, self._probing = None, False  # a step cut short (Ctrl-C, an error) leaves nothing behind
         self.cost.draft_hint = cost_per_token
         for member in self._members:
             member.acceptance.begin_turn()
@@ -194,8 +195,9 @@ class AdaptiveK:
     # -- the three calls of a step ----------------------------------------------------------------------
     def plan(self, cap: int, catchup_s: float = 0.0) -> int:
         """How many tokens to ask the drafter for; catchup_s: what the drafter would first spend catching
-        up on the context."""
-        self._asked = self._plan(min(cap, self.max_k), catchup_s)
+        up on the context. A chain is always asked (its copy drafter is free): ``choose`` decides."""
+        chain = len(self._members) > 1
+        self._asked = min(cap, self.max_k) if chain else self._plan(min(cap, self.max_k), catchup_s)
         return self._asked
 
     def _plan(self, cap: int, catchup_s: float, probe: bool = True) -> int:

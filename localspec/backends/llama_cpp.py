@@ -474,12 +474,11 @@ class LlamaCppBackend(Backend):
         self.feature_layers = layers
 
     def use_mtp_features(self) -> None:
-        """Hand out, as the rows of every position, what the model's MTP layer reads: the final hidden
-        state after the output norm (llama.cpp's nextn rows), instead of chosen layers' inputs."""
+        """Hand out, as the rows of every position, what an MTP layer (the model's own, or a Gemma-4
+        assistant) reads: the final hidden state after the output norm (llama.cpp's nextn rows), instead of
+        chosen layers' inputs."""
         from localspec.backends.llama_ext import ext
 
-        if not self.mtp_layers:
-            raise ConfigError(f"{self.model_name}: the GGUF has no MTP layers loaded")
         self._switch_layers(())
         ext("llama_set_embeddings_nextn")(self._ctx, True, False)  # unmasked: a row for every token
         self._nextn_rows = True

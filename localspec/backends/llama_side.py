@@ -14,6 +14,35 @@ from localspec.errors import ModelError
 ENCODE, DECODE = 0, 1  # enum llama_process_type
 
 
+def side_metadata(path, arch: str, what: str, how: str) -> tuple:
+    """(checked path, metadata) of a GGUF that must be of architecture ``arch``; ``how``: where to get one."""
+    from localspec.backends.llama_cpp import check_gguf
+    from localspec.gguf_meta import read_metadata
+
+    path = check_gguf(path)
+    meta = read_metadata(path)
+    found = meta.get("general.architecture")
+    if found != arch:
+        raise ModelError(f"{path.name} is a {found!r} model, not {what} (GGUF architecture {arch!r}); {how}")
+    return path, meta
+
+
+def side_params(target, n_ctx: int, n_seq_max: int = 1, mtp: bool = True):
+    """Context parameters of a side context beside ``target``: its batch and threads, ``ctx_other`` = the
+    target's context, of type MTP unless ``mtp`` is False."""
+    lib = target._lib
+    cparams = lib.llama_context_default_params()
+    cparams.n_ctx = n_ctx
+    cparams.n_batch = cparams.n_ubatch = target.n_batch
+    cparams.n_seq_max = n_seq_max
+    cparams.n_threads = cparams.n_threads_batch = target.n_threads
+    cparams.no_perf = True
+    if mtp:
+        cparams.ctx_type = lib.LLAMA_CONTEXT_TYPE_MTP
+    cparams.ctx_other = target._ctx
+    return cparams
+
+
 class SideContext:
     """The batch plumbing of such a context; ``what`` names it in errors ("the EAGLE-3 head")."""
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.backends.llama_side import DECODE, ENCODE, SideContext, embd
+from localspec.backends.llama_side import DECODE, ENCODE, SideContext, embd, side_metadata, side_params
 from localspec.errors import ConfigError, ModelError
 
 GGML_F32 = 0  # enum ggml_type
@@ -58,18 +58,11 @@ class LlamaEagle3Head(SideContext):
     what = "the EAGLE-3 head"
 
     def __init__(self, path: Path, target) -> None:
-        from localspec.backends.llama_cpp import _last_error, check_gguf
+        from localspec.backends.llama_cpp import _last_error
         from localspec.backends.llama_ext import ext, target_layer_ids
-        from localspec.gguf_meta import read_metadata
 
-        self.path = check_gguf(path)
-        meta = read_metadata(self.path)
-        arch = meta.get("general.architecture")
-        if arch != "eagle3":
-            raise ModelError(
-                f"{self.path} is a {arch!r} model, not an EAGLE-3 head (GGUF architecture 'eagle3'); "
-                f"`localspec convert-eagle` writes one from a Hugging Face EAGLE-3 folder"
-            )
+        how = "`localspec convert-eagle` writes one from a Hugging Face EAGLE-3 folder"
+        self.path, meta = side_metadata(path, "eagle3", "an EAGLE-3 head", how)
         width = int(meta.get("eagle3.target_hidden_size", 0))
         if width != target.hidden_size:
             raise ConfigError(
@@ -105,18 +98,12 @@ class LlamaEagle3Head(SideContext):
                 f"{self.path.name} is {self.hidden_size} wide, {target.model_name} {target.hidden_size}: "
                 f"the head belongs to another model"
             )
-        cparams = lib.llama_context_default_params()
-        cparams.n_ctx = target.n_ctx + SLACK
-        cparams.n_batch = cparams.n_ubatch = target.n_batch
-        cparams.n_seq_max = 1 + TREE_SEQS
+        cparams = side_params(target, target.n_ctx + SLACK, 1 + TREE_SEQS, mtp=False)
         cparams.kv_unified = True  # tree sequences share the context's cells
-        cparams.n_threads = cparams.n_threads_batch = target.n_threads
-        cparams.no_perf = True
         # one layer: a float32 cache and plain attention cost little, and compute as the torch head does
         # (llama.cpp's flash attention rounds the queries to half precision: 1e-4..1e-3 off)
         cparams.type_k = cparams.type_v = GGML_F32
         cparams.flash_attn_type = FLASH_ATTN_OFF
-        cparams.ctx_other = target._ctx
         self._ctx = lib.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             self.close()

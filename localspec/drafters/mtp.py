@@ -13,18 +13,30 @@ their probability under the layer as confidence, and at temperature > 0 with the
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from localspec.drafters.base import Drafter, DrafterNeeds
 from localspec.drafters.draft_model import GREEDY, pick_token
 from localspec.errors import ConfigError
+from localspec.options import option
 from localspec.types import Draft, Features, Verdict
 
 HISTORY = 128  # the target's rows of the latest positions kept (a new turn resumes within them)
 
 
-def build(target, options, context) -> Drafter:
+@dataclass(frozen=True)
+class MtpOptions:
+    assistant: str | None = option(
+        None,
+        "a Gemma-4 assistant drafter (a gemma4-assistant GGUF, a name or a path) instead of the target's own MTP layer",
+        toml=False,
+        kind=str,
+    )
+
+
+def build(target, options: MtpOptions | None, context) -> Drafter:
     """The MTP layer of the target: llama.cpp's (a GGUF that carries it), or MiMo's on torch."""
     from localspec.drafters.mtp_llama import LlamaMtpHead
 
@@ -39,7 +51,13 @@ def build(target, options, context) -> Drafter:
             f"--drafter mtp runs on llama.cpp (a GGUF that carries the MTP layers) and on torch (MiMo); the "
             f"{target.name} backend has no MTP drafter yet"
         )
-    head = LlamaMtpHead(target)
+    spec = options.assistant if options else None
+    if spec:
+        from localspec.drafters.mtp_llama import LlamaAssistantHead
+
+        head = LlamaAssistantHead(context.find_model(spec) if context.find_model else spec, target)
+    else:
+        head = LlamaMtpHead(target)
     try:
         target.use_mtp_features()
         return MtpDrafter(head, target, context.seed)
@@ -85,7 +103,8 @@ class MtpDrafter(Drafter):
         if features is not None:
             self.feed(context, features)
         sampling = self.sampling or GREEDY
-        pos = len(context) - 1  # the pending token's position
+        pos = len(context) - 1  # the pending token's position (an assistant drafts every token there)
+        step = 0 if getattr(self.head, "same_position", False) else 1
         token, row = int(context[-1]), self._row(pos - 1)
         tokens, q_rows, confidence = [], [], []
         for _ in range(max_tokens):
@@ -93,7 +112,7 @@ class MtpDrafter(Drafter):
             token = pick_token(logits[: self.vocab], sampling, self.rng, self.vocab, q_rows)
             tokens.append(token)
             confidence.append(_probability(logits, token))
-            pos += 1
+            pos += step
         self.drafted += len(tokens)
         return Draft.chain(tokens, np.stack(q_rows) if q_rows else None, confidence)
 
@@ -106,7 +125,7 @@ class MtpDrafter(Drafter):
         return figures
 
     def describe(self) -> str:
-        return f"{self.target.mtp_layers} MTP layer(s) of the target"
+        return self.head.describe()
 
     def close(self) -> None:
         self.head.close()

@@ -1,10 +1,13 @@
-"""The target's own MTP (multi-token prediction, "nextn") layer run by llama.cpp: a second context of type
-MTP on the target's model (Qwen3.5/3.6, GLM-4.5, DeepSeek-V3 GGUFs that carry the layer, loaded with
-``load_mtp``). Its cache holds the MTP layer's keys and values only, so it is cut back at any position.
+"""MTP drafting contexts on llama.cpp.
 
+The target's own MTP (multi-token prediction, "nextn") layer (LlamaMtpHead): a second context of type MTP
+on the target's model (Qwen3.5/3.6, GLM-4.5, DeepSeek-V3 GGUFs that carry the layer, loaded with
+``load_mtp``). Its cache holds the MTP layer's keys and values only, so it is cut back at any position.
 Slot P of that cache takes the pair (token P, the target's hidden row of position P - 1); its output is the
 logits of the token after P and its own hidden row, which stands in for the target's when the layer drafts
 the next position from its own guess.
+
+A Gemma-4 assistant (LlamaAssistantHead) is a small model of its own that reads the target's cache.
 """
 
 from __future__ import annotations
@@ -13,48 +16,71 @@ import time
 
 import numpy as np
 
-from localspec.backends.llama_side import DECODE, SideContext
+from localspec.backends.llama_side import DECODE, SideContext, side_metadata, side_params
 from localspec.errors import ConfigError, ModelError
 
 SLACK = 72  # cache cells past the target's context: a draft of up to 64 tokens and the pending one
 
 
-class LlamaMtpHead(SideContext):
-    what = "the MTP layer"
+class _RowHead(SideContext):
+    """What both share: a context made beside the target that reads (token, hidden row) pairs and gives
+    logits and a row of the target's width for its output token."""
 
-    def __init__(self, target) -> None:
+    same_position = False  # every draft step at the pending token's position (else one position each)
+
+    def _open(self, model, cparams, target) -> None:
         from localspec.backends.llama_cpp import _last_error
         from localspec.backends.llama_ext import ext
 
+        lib = self._lib
+        self._ctx = lib.llama_init_from_model(model, cparams)
+        if not self._ctx:
+            raise ModelError(f"llama.cpp could not create the context of {self.what}: {_last_error()}")
+        self._mem = lib.llama_get_memory(self._ctx)
+        ext("llama_set_embeddings_nextn")(self._ctx, True, True)  # rows of the output tokens only
+        self._nextn = ext("llama_get_embeddings_nextn")
+        self._batch = lib.llama_batch_ext_init(self._ctx)
+        if not self._batch:
+            raise ModelError(f"llama.cpp could not make a batch for {self.what}: {_last_error()}")
+        self.target = target
+        self.n_batch, self.hidden_size, self.vocab_size = target.n_batch, target.hidden_size, target.vocab_size
+
+    def step(self, token: int, row: np.ndarray, pos: int) -> tuple[np.ndarray, np.ndarray]:
+        """The pair (token, row) at slot ``pos``, its cache cut back to it: (logits [V], its row [H])."""
+        lib = self._lib
+        lib.llama_memory_seq_rm(self._mem, 0, pos, -1)
+        lib.llama_batch_ext_clear(self._batch)
+        self._add(token, row, pos, True)
+        self._process(DECODE)
+        logits = self._rows(lib.llama_get_logits(self._ctx), 1, self.vocab_size)[0]
+        return logits, self._rows(self._nextn(self._ctx), 1, self.hidden_size)[0]
+
+    def time_step(self) -> float:
+        """Seconds of one drafted token, at the target's next position (the first call allocates: not timed)."""
+        zero, pos = np.zeros(self.hidden_size, np.float32), self.target.cached_len
+        self.step(0, zero, pos)
+        t0 = time.perf_counter()
+        self.step(0, zero, pos)
+        return time.perf_counter() - t0
+
+
+class LlamaMtpHead(_RowHead):
+    what = "the MTP layer"
+
+    def __init__(self, target) -> None:
         if not getattr(target, "mtp_layers", 0):
             raise ConfigError(
                 f"{target.model_name} has no MTP layers ({target.metadata('general.architecture')}."
                 f"nextn_predict_layers is 0 in its GGUF): use a GGUF that keeps them (e.g. a Qwen3.5 '-MTP' "
                 f"GGUF) or another drafter"
             )
-        lib = self._lib = target._lib
-        cparams = lib.llama_context_default_params()
-        cparams.n_ctx = target.n_ctx + SLACK
-        cparams.n_batch = cparams.n_ubatch = target.n_batch
-        cparams.n_seq_max = 1
-        cparams.n_threads = cparams.n_threads_batch = target.n_threads
-        cparams.no_perf = True
-        cparams.ctx_type = lib.LLAMA_CONTEXT_TYPE_MTP
-        cparams.ctx_other = target._ctx
-        self._ctx = lib.llama_init_from_model(target._model, cparams)
-        if not self._ctx:
-            raise ModelError(f"llama.cpp could not create the MTP context of {target.model_name}: {_last_error()}")
+        self._lib = target._lib
         try:
-            self._mem = lib.llama_get_memory(self._ctx)
-            ext("llama_set_embeddings_nextn")(self._ctx, True, True)  # rows of the output tokens only
-            self._nextn = ext("llama_get_embeddings_nextn")
-            self._batch = lib.llama_batch_ext_init(self._ctx)
-            if not self._batch:
-                raise ModelError(f"llama.cpp could not make a batch for the MTP context: {_last_error()}")
+            self._open(target._model, side_params(target, target.n_ctx + SLACK), target)
         except BaseException:
             self.close()
             raise
-        self.n_batch, self.hidden_size, self.vocab_size = target.n_batch, target.hidden_size, target.vocab_size
+        self.target_layers = target.mtp_layers
 
     def feed(self, tokens, rows: np.ndarray, start: int) -> None:
         """Put the pairs (tokens[i], rows[i]) into slots start.., dropping whatever the cache held from
@@ -67,28 +93,66 @@ class LlamaMtpHead(SideContext):
                 self._add(tokens[i], rows[i], start + i, False)
             self._process(DECODE)
 
-    def step(self, token: int, row: np.ndarray, pos: int) -> tuple[np.ndarray, np.ndarray]:
-        """The pair (token, row) at slot ``pos`` (the cache cut back to it): (logits [V], hidden row [H])."""
-        lib = self._lib
-        lib.llama_memory_seq_rm(self._mem, 0, pos, -1)
-        lib.llama_batch_ext_clear(self._batch)
-        self._add(token, row, pos, True)
-        self._process(DECODE)
-        logits = self._rows(lib.llama_get_logits(self._ctx), 1, self.vocab_size)[0]
-        return logits, self._rows(self._nextn(self._ctx), 1, self.hidden_size)[0]
-
-    def time_step(self) -> float:
-        """Seconds of one drafted token, timed on a throwaway slot (the first call allocates: not timed)."""
-        zero = np.zeros(self.hidden_size, np.float32)
-        self.step(0, zero, 0)
-        t0 = time.perf_counter()
-        self.step(0, zero, 1)
-        seconds = time.perf_counter() - t0
-        self._lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
-        return seconds
+    def describe(self) -> str:
+        return f"{self.target_layers} MTP layer(s) of the target"
 
     def close(self) -> None:
         self._free_batch()
         if self._ctx:
             self._lib.llama_free(self._ctx)  # the model is the target's
             self._ctx = None
+
+
+class LlamaAssistantHead(_RowHead):
+    """A Gemma-4 assistant drafter (GGUF architecture `gemma4-assistant`): its own small model whose context
+    shares the target's KV cache (``ctx_other``: it has no keys or values of its own, its cache operations
+    do nothing, and every cut of the target's cache is its cut too). It reads [target embedding of the
+    token; target hidden row] and gives logits and a row of the target's width; every draft step sits at
+    the pending token's position (its queries see the target's cache up to there), chaining on its row."""
+
+    what = "the Gemma-4 assistant"
+    same_position = True
+
+    def __init__(self, path, target) -> None:
+        from localspec.backends.llama_cpp import _last_error
+
+        how = "--mtp-assistant takes the assistant GGUF published beside a Gemma-4 model"
+        self.path, meta = side_metadata(path, "gemma4-assistant", "a Gemma-4 assistant", how)
+        width = int(meta.get("gemma4-assistant.embedding_length_out", 0))
+        arch = target.metadata("general.architecture")
+        if arch != "gemma4" or width != target.hidden_size:
+            raise ConfigError(
+                f"{self.path.name} drafts for a Gemma-4 model {width} wide; {target.model_name} is a {arch} "
+                f"model {target.hidden_size} wide: it belongs to another"
+            )
+        lib = self._lib = target._lib
+        params = lib.llama_model_default_params()
+        params.n_gpu_layers = target._gpu_layers
+        self._model = lib.llama_model_load_from_file(str(self.path).encode(), params)
+        if not self._model:
+            raise ModelError(f"llama.cpp could not load the assistant {self.path}: {_last_error()}")
+        try:
+            vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self._model))
+            if vocab != target.vocab_size:
+                raise ConfigError(
+                    f"{self.path.name} has a {vocab}-token vocabulary, {target.model_name} {target.vocab_size}: "
+                    f"it belongs to another model"
+                )
+            cparams = side_params(target, target.n_ctx, target.max_branches + 1)  # the shared cache's layout
+            cparams.kv_unified = True
+            self._open(self._model, cparams, target)
+        except BaseException:
+            self.close()
+            raise
+
+    def feed(self, tokens, rows, start: int) -> None:
+        pass  # it reads the target's cache: nothing of its own to keep up
+
+    def describe(self) -> str:
+        return f"Gemma-4 assistant {self.path.name}"
+
+    def close(self) -> None:
+        from localspec.backends.llama_cpp import free_context_and_model
+
+        self._free_batch()
+        free_context_and_model(self)

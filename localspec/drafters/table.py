@@ -77,9 +77,9 @@ DRAFTERS: dict[str, DrafterKind] = {
         ),
         DrafterKind(
             "mtp",
-            "the target's own MTP layer (GGUFs that carry it: Qwen3.5, GLM-4.5, DeepSeek-V3)",
+            "the target's own MTP layer (GGUFs that carry it: Qwen3.5, GLM-4.5; MiMo on torch) or a Gemma-4 assistant",
             mtp.MtpDrafter,
-            None,
+            mtp.MtpOptions,
             mtp.build,
             "model",
         ),

@@ -78,3 +78,24 @@ def test_pairs_that_do_not_belong_together_are_refused_by_name(tmp_path):
     another = pytest.raises(ConfigError, match=r"assistant.gguf drafts for a Gemma-4 model.*belongs to another")
     with LlamaCppBackend(other, n_ctx=256, n_threads=2) as target, another:
         build(target, MtpOptions(assistant=str(assistant)), DrafterContext())
+
+
+def test_sampled_assistant_drafts_keep_the_targets_distribution(tmp_path):
+    """At T > 0 the assistant's drafts carry its q rows: the first two tokens of sampled answers follow the
+    target's exact distribution (chi-square), with drafts both accepted and rejected."""
+    import numpy as np
+    from test_distribution import chi_square_p
+    from test_llama_mtp import exact_pairs
+
+    target, drafter = pair(tmp_path, "random", "token")
+    sampling = SamplingParams(temperature=1.0, top_k=6, top_p=1.0, min_p=0.0)
+    with target:
+        dist = exact_pairs(target, PROMPT, sampling)
+        rng, counts, accepted = np.random.default_rng(5), {}, set()
+        for _ in range(1500):
+            out = generate(target, drafter, PROMPT, sampling, max_tokens=2, draft_tokens=FixedK(2), rng=rng)
+            counts[out.tokens[:2]] = counts.get(out.tokens[:2], 0) + 1
+            accepted.add(out.stats.accepted)
+        drafter.close()
+    assert {0, 1} <= accepted
+    assert chi_square_p(counts, dist) > 1e-3

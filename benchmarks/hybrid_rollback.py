@@ -1,6 +1,8 @@
 """What a rollback costs on a hybrid (recurrent) target: a cut within llama.cpp's n_rs_seq snapshots against
-one past them, which prefills the kept positions again. Runs on the tiny random Qwen3.5-layout GGUF the tests
-write (no real hybrid model downloads here). Writes JSON.
+one past them, which prefills the kept positions again; and, for architectures without snapshots, the
+checkpoint mode (a state saved before each verify window, restored on a cut, the kept tokens fed again):
+what the save adds to a 32-token window and what a cut costs. Runs on the tiny random Qwen3.5-layout GGUF
+the tests write (no real hybrid model downloads here). Writes JSON.
     python benchmarks/hybrid_rollback.py [--out benchmarks/results/hybrid-rollback-tiny-qwen35.json]
 """
 
@@ -18,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from tiny_hybrid import write_tiny_qwen35  # noqa: E402
 
+import localspec.backends.llama_cpp as llama  # noqa: E402
 from localspec.backends.llama_cpp import RS_SNAPSHOTS, LlamaCppBackend  # noqa: E402
 
 
@@ -32,19 +35,62 @@ def main() -> None:
     with LlamaCppBackend(path, n_ctx=args.context + 64, n_threads=2) as b:
         tokens = [(i * 7) % 250 for i in range(args.context + 32)]
         for back in (1, 4, 8, RS_SNAPSHOTS, RS_SNAPSHOTS + 1, 32):
-            times = []
+            times, window = [], []
             for _ in range(args.repeats):
                 b.truncate(0)
                 b.prefill(tokens[: args.context])
+                w0 = time.perf_counter()
                 b.forward(tokens[args.context : args.context + 32])
                 t0 = time.perf_counter()
                 b.truncate(args.context + 32 - back)
                 times.append(time.perf_counter() - t0)
+                window.append(t0 - w0)
             median_ms = statistics.median(times) * 1e3
-            rows.append({"rollback": back, "within_snapshots": back <= RS_SNAPSHOTS, "median_ms": median_ms})
+            rows.append(
+                {
+                    "rollback": back,
+                    "within_snapshots": back <= RS_SNAPSHOTS,
+                    "median_ms": median_ms,
+                    "window_ms": statistics.median(window) * 1e3,  # the 32-token forward, snapshots kept
+                }
+            )
             print(rows[-1])
     report = {"model": "tiny random qwen35 (tests/tiny_hybrid.py)", "context": args.context, "n_rs_seq": RS_SNAPSHOTS}
-    Path(args.out).write_text(json.dumps({**report, "rows": rows}, indent=1))
+    checkpoints = checkpoint_rows(path, args)
+    Path(args.out).write_text(json.dumps({**report, "rows": rows, "checkpoint_mode": checkpoints}, indent=1))
+
+
+def checkpoint_rows(path: Path, args) -> list[dict]:
+    """The same model made without snapshots: the window with its saved state, and cuts within it."""
+    llama.RS_SNAPSHOTS = 0
+    try:
+        b = LlamaCppBackend(path, n_ctx=args.context + 64, n_threads=2)
+    finally:
+        llama.RS_SNAPSHOTS = RS_SNAPSHOTS
+    rows = []
+    with b:
+        assert b.checkpoints
+        tokens = [(i * 7) % 250 for i in range(args.context + 32)]
+        for back in (0, 1, 8, 31):
+            window, cut = [], []
+            for _ in range(args.repeats):
+                b.truncate(0)
+                b.prefill(tokens[: args.context])
+                t0 = time.perf_counter()
+                b.forward(tokens[args.context : args.context + 32])  # saves the state first
+                t1 = time.perf_counter()
+                b.truncate(args.context + 32 - back)
+                window.append(t1 - t0)
+                cut.append(time.perf_counter() - t1)
+            rows.append(
+                {
+                    "rollback": back,
+                    "window_ms": statistics.median(window) * 1e3,
+                    "cut_ms": statistics.median(cut) * 1e3,
+                }
+            )
+            print(rows[-1])
+    return rows
 
 
 if __name__ == "__main__":

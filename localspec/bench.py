@@ -28,6 +28,7 @@ from importlib import resources
 from pathlib import Path
 
 from localspec.errors import ConfigError, LocalspecError
+from localspec.gguf_meta import mtp_layers
 from localspec.peer import SPEC_TYPES, ServerConfig, find_llama_server, running
 from localspec.session import Runner, Session
 from localspec.types import common_prefix
@@ -161,11 +162,15 @@ def peer_config(
             f"backend holds {model or session.model_name} (use --backend llama.cpp)"
         )
     draft, notes = None, []
-    if "draft-simple" in types:
+    with_draft = [t for t in types if t in ("draft-simple", "ngram-mod+draft-simple")]
+    if with_draft:
         draft, why = _peer_draft(session)
         if draft is None:
-            types = [t for t in types if t != "draft-simple"]
-            notes.append(f"server:draft-simple skipped: {why}")
+            types = [t for t in types if t not in with_draft]
+            notes += [f"server:{t} skipped: {why}" for t in with_draft]
+    if "draft-mtp" in types and not mtp_layers(model):
+        types = [t for t in types if t != "draft-mtp"]
+        notes.append(f"server:draft-mtp skipped: {model.name} carries no MTP layers")
     head = None
     if "draft-eagle3" in types:
         head = session.drafters.options_of("eagle").head

@@ -33,8 +33,12 @@ SPEC_TYPES = {
     "ngram-simple": ["--spec-type", "ngram-simple"],
     "draft-simple": ["--spec-type", "draft-simple"],
     "draft-eagle3": ["--spec-type", "draft-eagle3"],  # its head: -md EAGLE3.gguf
+    "draft-mtp": ["--spec-type", "draft-mtp"],  # the model's own MTP layers (a GGUF that keeps them)
+    # several types at once: the server takes an n-gram draft when there is one, else the draft model's
+    # (localspec's counterpart: the suffix+draft chain)
+    "ngram-mod+draft-simple": ["--spec-type", "ngram-mod,draft-simple"],
 }
-DRAFT_TYPES = ("draft-simple", "draft-eagle3")  # the types that load a second model (-md)
+DRAFT_TYPES = ("draft-simple", "draft-eagle3", "ngram-mod+draft-simple")  # the types that load a second model
 LOG_TAIL = 6  # lines of the server's log an error quotes
 
 

@@ -331,3 +331,29 @@ def test_draft_eagle3_gives_the_server_the_eagle_head_and_needs_one(tmp_path, fa
     assert config.server("draft-simple", tmp_path / "log").argv(1)[-1] == str(fake.draft)
     with pytest.raises(PeerError, match="draft-eagle3 needs"):
         fake.config().server("draft-eagle3", tmp_path / "log")
+
+
+def test_the_servers_mtp_and_mixed_types_get_their_flags_or_a_note(tmp_path, fake):
+    """draft-mtp runs the GGUF's own MTP layers (no -md); ngram-mod+draft-simple is one server mixing both
+    types (llama-server's fixed priority), with the draft model."""
+    config = fake.config()
+    mixed = config.server("ngram-mod+draft-simple", tmp_path / "log").argv(1)
+    flags = dict(zip(mixed, mixed[1:], strict=False))
+    assert flags["--spec-type"] == "ngram-mod,draft-simple" and flags["-md"] == str(fake.draft)
+    mtp = config.server("draft-mtp", tmp_path / "log").argv(1)
+    assert dict(zip(mtp, mtp[1:], strict=False))["--spec-type"] == "draft-mtp" and "-md" not in mtp
+
+
+def test_the_servers_mtp_and_mixed_types_are_skipped_with_a_note_where_they_cannot_run(tmp_path, fake):
+    """SmolLM2 has no MTP layers and no draft model: both types are skipped, each with its reason."""
+    out = tmp_path / "bench.json"
+    args = ["bench", "--peer", "llama-server", "--peer-types", "draft-mtp,ngram-mod+draft-simple"]
+    args += ["--drafters", "suffix", "--cases", "explain", "--max-tokens", "4", "--threads", "1", "--ctx", "1024"]
+    result = run_cli(
+        *args, "--json", str(out), env={"PATH": os.environ["PATH"], "FAKE_LLAMA_SERVER_LOG": str(fake.log)}
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text())
+    assert report["methods"] == ["none", "suffix", "server:plain"]
+    assert any("server:draft-mtp skipped" in n and "no MTP layers" in n for n in report["notes"])
+    assert any("server:ngram-mod+draft-simple skipped" in n for n in report["notes"])

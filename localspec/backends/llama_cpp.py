@@ -367,9 +367,11 @@ class LlamaCppBackend(Backend):
             self.prefill(again)
 
     def checkpoint(self) -> None:
-        if not self.recurrent or not StateCheckpoint.supported(self._lib):
+        if not self.recurrent:
             return
         if self._checkpoint is None:
+            if not StateCheckpoint.supported(self._lib):
+                return
             self._checkpoint = StateCheckpoint(self._lib, self._ctx)
         self._checkpoint.save(len(self._tokens))
 

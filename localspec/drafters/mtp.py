@@ -21,7 +21,7 @@ from localspec.drafters.base import Drafter, DrafterNeeds
 from localspec.drafters.draft_model import GREEDY, pick_token
 from localspec.errors import ConfigError
 from localspec.options import option
-from localspec.types import Draft, Features, Verdict
+from localspec.types import Draft, Features
 
 HISTORY = 128  # the target's rows of the latest positions kept (a new turn resumes within them)
 
@@ -70,6 +70,7 @@ class MtpDrafter(Drafter):
     name = "mtp"
     needs = DrafterNeeds(hidden_states=True)
     keeps_rows = True  # the latest HISTORY rows
+    # (observe is not needed: each feed cuts the layer's cache back to what the target kept)
 
     def __init__(self, head, target, seed: int | None = None) -> None:
         self.head, self.target = head, target
@@ -104,7 +105,7 @@ class MtpDrafter(Drafter):
             self.feed(context, features)
         sampling = self.sampling or GREEDY
         pos = len(context) - 1  # the pending token's position (an assistant drafts every token there)
-        step = 0 if getattr(self.head, "same_position", False) else 1
+        step = 0 if self.head.same_position else 1
         token, row = int(context[-1]), self._row(pos - 1)
         tokens, q_rows, confidence = [], [], []
         for _ in range(max_tokens):
@@ -115,9 +116,6 @@ class MtpDrafter(Drafter):
             pos += step
         self.drafted += len(tokens)
         return Draft.chain(tokens, np.stack(q_rows) if q_rows else None, confidence)
-
-    def observe(self, verdict: Verdict) -> None:
-        pass  # the next feed cuts the layer's cache back to what the target kept
 
     def figures(self) -> dict:
         figures = {"mtp_layers": self.target.mtp_layers, "mtp_drafted": self.drafted}

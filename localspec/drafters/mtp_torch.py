@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 from localspec.drafters.eagle import EagleDrafter
-from localspec.drafters.eagle_heads import EagleHead
+from localspec.drafters.eagle_heads import Eagle1Head
 from localspec.errors import ConfigError, ModelError
 
 PREFIX = "model.mtp_layers.0."
@@ -57,10 +57,12 @@ def _mtp_tensors(folder) -> dict:
     return state
 
 
-class MimoMtpHead(EagleHead):
+class MimoMtpHead(Eagle1Head):
+    """An EAGLE-1-shaped head (its logits from the target's LM head, ``lm_head``) with MiMo's input."""
+
     version = "mtp"
 
-    def __init__(self, target) -> None:
+    def __init__(self, target) -> None:  # not Eagle1Head's: the weights and the input are MiMo's
         from torch import nn
 
         from localspec.backends.torch_decoder import RMSNorm
@@ -96,12 +98,6 @@ class MimoMtpHead(EagleHead):
             token = self.token_norm(self.decoder.embed(self._ids(tokens)))
             x = self.input_proj(torch.cat([self.hidden_norm(hidden.to(self.dtype)), token], dim=-1))
             return self.decoder.forward_embeddings(x, start, lo=self.lo, positions=positions, mask=mask)
-
-    def logits_t(self, out):
-        import torch
-
-        with torch.inference_mode():
-            return self._scores(out, self.lm_head)
 
 
 class TorchMtpDrafter(EagleDrafter):

@@ -153,14 +153,6 @@ class AdaptiveK:
         self.acceptance = self._member.acceptance
         self.cost.line = self._member.line
 
-    @property
-    def _never_pays(self) -> bool:
-        return self._member.never_pays
-
-    @_never_pays.setter
-    def _never_pays(self, value: bool) -> None:
-        self._member.never_pays = value
-
     # -- estimates --------------------------------------------------------------------------------------
     def acceptance_profile(self) -> list[float]:
         """Estimated conditional acceptance of draft positions 1..max_k (index 0 unused)."""
@@ -213,8 +205,8 @@ class AdaptiveK:
         best = _argmax(rates)
         if best > 0 and (1 / rates[0] - 1 / rates[best]) * PAYBACK_TOKENS >= catchup_s:
             return best
-        self._never_pays = max(self.rates(cap, accept_all=True)) <= rates[0]
-        if self._never_pays or not probe:
+        self._member.never_pays = max(self.rates(cap, accept_all=True)) <= rates[0]
+        if self._member.never_pays or not probe:
             return 0
         return self._probe(min(cap, PROBE_K), catchup_s)
 
@@ -229,7 +221,8 @@ class AdaptiveK:
         self._use(1)
         k = self._plan(min(cap, self.max_k), catchup_s, probe=copy_k == 0)
         if k and not self._probing and self.cost.timed and not self.cost.draft_unknown:
-            rate = self.rates(k)[k] * (1 / (1 + catchup_s * self.rates(k)[k] / PAYBACK_TOKENS))
+            planned = self.rates(k)[k]
+            rate = planned / (1 + catchup_s * planned / PAYBACK_TOKENS)  # the catch-up paid over PAYBACK_TOKENS
             k = k if rate > copy_rate else 0
         if k == 0:
             self._use(0)
@@ -243,11 +236,16 @@ class AdaptiveK:
         estimates; length 0 is plain decoding."""
         if not self.cost.timed:
             return 0.0, len(draft)
-        draft = draft.prefix(self.max_k)
-        expected = self.acceptance.expected_tokens(acceptance=self.acceptance.of_draft(draft))
-        rates = [e / t for e, t in zip(expected, self.cost.step_times(len(draft), 0.0), strict=False)]
+        _, _, rates = self._draft_rates(draft.prefix(self.max_k), 0.0)
         best = _argmax(rates)
         return rates[best], best
+
+    def _draft_rates(self, draft: Draft, draft_s: float) -> tuple[list[float], list[float], list[float]]:
+        """E(k), T(k) and their ratio for verifying k = 0..len(draft) tokens of a proposal, by the current
+        member's acceptance of its tokens (draft_s: drafting time already spent)."""
+        expected = self.acceptance.expected_tokens(acceptance=self.acceptance.of_draft(draft))
+        times = self.cost.step_times(len(draft), draft_s)
+        return expected, times, [e / t for e, t in zip(expected, times, strict=False)]
 
     def _probe(self, k: int, catchup_s: float) -> int:
         """A short draft to re-measure acceptance, if what it loses against a plain step should every token
@@ -271,11 +269,8 @@ class AdaptiveK:
             return len(draft)
         if not self.cost.timed:
             return min(len(draft), FIRST_WINDOW)
-        expected = self.acceptance.expected_tokens(acceptance=self.acceptance.of_draft(draft))
-        times = self.cost.step_times(len(draft), draft_s)
-        rates = [e / t for e, t in zip(expected, times, strict=False)]
-        best = _argmax(rates)
-        best = self._explore(expected, times, best)
+        expected, times, rates = self._draft_rates(draft, draft_s)
+        best = self._explore(expected, times, _argmax(rates))
         if best == 0:
             self.acceptance.shadow(draft)
         return best
@@ -349,7 +344,7 @@ class AdaptiveK:
             out["model_steps"] = self._model_steps
             out["model_acceptance_estimate"] = model.figures()["acceptance_estimate"]
             out["model_draft_ms_per_token"] = round(self._members[1].line.fit()[1] * 1e3, 3)
-        if self._never_pays:
+        if self._member.never_pays:
             out["note"] = "the drafter cannot pay on this machine even if every token were accepted"
         return out
 

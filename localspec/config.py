@@ -16,7 +16,7 @@ from localspec.drafters.context import DrafterContext
 from localspec.drafters.table import DRAFTERS, DrafterSetup, chain_members, drafter_kind
 from localspec.errors import ConfigError, LocalspecError
 from localspec.options import from_table
-from localspec.registry import USER_FILE, ModelEntry, Registry, load_registry, model_entry, resolve_model
+from localspec.registry import HEAD_DRAFTERS, USER_FILE, ModelEntry, Registry, load_registry, model_entry, resolve_model
 from localspec.sampling import SamplingParams
 
 DEFAULT_DRAFTER = "suffix"  # when models.toml recommends none for the model
@@ -172,7 +172,7 @@ def _drafter_setup(args, entry: ModelEntry | None, registry: Registry, backend: 
     known = entry.drafts if entry else ()
     models_toml = {
         ("draft", "model"): known[0] if known else None,
-        ("eagle", "head"): entry.eagle.get(backend) if entry else None,
+        **{(d, "head"): entry.head(d, backend) if entry else None for d in HEAD_DRAFTERS},
     }
     options = {}
     for name, kind in DRAFTERS.items():

@@ -65,9 +65,9 @@ def _checked_head(folder: Path, fields: dict, target_name: str):
     from localspec.drafters.eagle_heads import eagle_layout, load_eagle_state
 
     config, state = load_eagle_state(folder)
-    arch = _scalar(fields, "general.architecture")
-    hidden = int(_scalar(fields, f"{arch}.embedding_length"))
-    n_layers = int(_scalar(fields, f"{arch}.block_count"))
+    arch = scalar(fields, "general.architecture")
+    hidden = int(scalar(fields, f"{arch}.embedding_length"))
+    n_layers = int(scalar(fields, f"{arch}.block_count"))
     vocab = len(fields["tokenizer.ggml.tokens"].data)
     try:
         layout = eagle_layout(config, state, hidden, n_layers, vocab)
@@ -84,32 +84,13 @@ def _checked_head(folder: Path, fields: dict, target_name: str):
 def _write_head(path: Path, reader, config: dict, state: dict, layout, dtype: str) -> None:
     import gguf
 
-    fields = reader.fields
-    arch = _scalar(fields, "general.architecture")
-    hidden, vocab = int(state["fc.weight"].shape[0]), len(fields["tokenizer.ggml.tokens"].data)
-    heads = int(config.get("num_attention_heads", _scalar(fields, f"{arch}.attention.head_count")))
-    kv_heads = int(config.get("num_key_value_heads", heads))
-    head_dim = int(config.get("head_dim", hidden // heads))
-    rope_base = float(config.get("rope_theta") or _scalar(fields, f"{arch}.rope.freq_base", 10000.0))
+    hidden = int(state["fc.weight"].shape[0])
     w = gguf.GGUFWriter(str(path), "eagle3")
-    w.add_name(f"EAGLE-3 head for {_scalar(fields, 'general.name', 'its target')}")
-    w.add_context_length(int(_scalar(fields, f"{arch}.context_length", 4096)))
-    w.add_embedding_length(hidden)
-    w.add_block_count(1)
-    w.add_feed_forward_length(int(state["midlayer.mlp.gate_proj.weight"].shape[0]))
-    w.add_head_count(heads)
-    w.add_head_count_kv(kv_heads)
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_rope_dimension_count(head_dim)
-    w.add_rope_freq_base(rope_base)
-    w.add_layer_norm_rms_eps(
-        float(config.get("rms_norm_eps") or _scalar(fields, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5))
-    )
-    w.add_vocab_size(vocab)
+    ffn = int(state["midlayer.mlp.gate_proj.weight"].shape[0])
+    heads, kv_heads, head_dim, rope_base = head_header(w, reader, config, "EAGLE-3 head", hidden, 1, ffn)
     w.add_array("eagle3.target_layers", list(layout.feature_layers))
     w.add_uint32("eagle3.target_hidden_size", hidden)
-    _copy_tokenizer(reader, w)
+    copy_tokenizer(reader, w)
     matrix = np.float16 if dtype == "f16" else np.float32
     for src, dst in _MATRICES.items():
         if src in state:
@@ -119,10 +100,10 @@ def _write_head(path: Path, reader, config: dict, state: dict, layout, dtype: st
             w.add_tensor(dst, np.ascontiguousarray(t, dtype=matrix))
     for src, dst in _NORMS.items():
         w.add_tensor(dst, np.ascontiguousarray(state[src], dtype=np.float32))
-    factors = _rope_factors(config, head_dim, rope_base)
+    factors = rope_factors(config, head_dim, rope_base)
     if factors is not None:
         w.add_tensor("rope_freqs.weight", factors)
-    d2t = np.asarray(layout.draft_to_target, dtype=np.int64)
+    d2t, vocab = np.asarray(layout.draft_to_target, dtype=np.int64), len(reader.fields["tokenizer.ggml.tokens"].data)
     if len(d2t) != vocab or np.any(d2t != np.arange(vocab)):
         w.add_tensor("d2t", d2t, raw_dtype=gguf.GGMLQuantizationType.I64)
     w.write_header_to_file()
@@ -137,7 +118,7 @@ def _interleave(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, shape[0] // n_head // 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
 
 
-def _rope_factors(config: dict, head_dim: int, base: float):
+def rope_factors(config: dict, head_dim: int, base: float):
     """llama.cpp's rope_freqs tensor for Llama-3 rope scaling (None without scaling)."""
     scaling = config.get("rope_scaling") or {}
     if scaling.get("rope_type", scaling.get("type")) != "llama3":
@@ -149,7 +130,7 @@ def _rope_factors(config: dict, head_dim: int, base: float):
     return (rope_inv_freq(plain) / rope_inv_freq(scaled)).numpy().astype(np.float32)
 
 
-def _scalar(fields: dict, key: str, default=None):
+def scalar(fields: dict, key: str, default=None):
     field = fields.get(key)
     if field is None:
         if default is None:
@@ -158,7 +139,7 @@ def _scalar(fields: dict, key: str, default=None):
     return field.contents()
 
 
-def _copy_tokenizer(reader, writer) -> None:
+def copy_tokenizer(reader, writer) -> None:
     """The target's tokenizer.* metadata, as it is (the head shares the target's vocabulary)."""
     for key, field in reader.fields.items():
         if not key.startswith("tokenizer."):
@@ -175,3 +156,30 @@ def _gguf_array():
     import gguf
 
     return gguf.GGUFValueType.ARRAY
+
+
+def head_header(w, reader, config: dict, what: str, hidden: int, n_layers: int, ffn: int) -> tuple:
+    """A head GGUF's hyperparameters: the head's config.json, falling back on its target's GGUF ``reader``;
+    returns (heads, KV heads, head dimension, RoPE base)."""
+    fields = reader.fields
+    arch = scalar(fields, "general.architecture")
+    heads = int(config.get("num_attention_heads", scalar(fields, f"{arch}.attention.head_count")))
+    kv_heads = int(config.get("num_key_value_heads", heads))
+    head_dim = int(config.get("head_dim") or hidden // heads)
+    rope_base = float(config.get("rope_theta") or scalar(fields, f"{arch}.rope.freq_base", 10000.0))
+    w.add_name(f"{what} for {scalar(fields, 'general.name', 'its target')}")
+    w.add_context_length(int(scalar(fields, f"{arch}.context_length", 4096)))
+    w.add_embedding_length(hidden)
+    w.add_block_count(n_layers)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(head_dim)
+    w.add_rope_freq_base(rope_base)
+    w.add_layer_norm_rms_eps(
+        float(config.get("rms_norm_eps") or scalar(fields, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5))
+    )
+    w.add_vocab_size(len(fields["tokenizer.ggml.tokens"].data))
+    return heads, kv_heads, head_dim, rope_base

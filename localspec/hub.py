@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.errors import ConfigError, LocalspecError, ModelError
-from localspec.registry import ModelEntry, Registry, hf_cached, load_registry, local_file
+from localspec.registry import HEAD_DRAFTERS, ModelEntry, Registry, hf_cached, load_registry, local_file
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -67,13 +67,29 @@ def pull(
             d = registry.get(draft)
             if backend in d.sources():
                 done.append(_pull_one(d, backend, None, None, say))
-        head = entry.eagle.get(backend)
-        if head:
-            say(f"EAGLE head {head}")
-            # EAGLE heads were released as pytorch_model.bin as well as safetensors; llama.cpp's are one GGUF
-            files = ("*.gguf",) if backend == "llama.cpp" else ("*.safetensors", "*.bin")
-            done.append(Pulled(f"{name} eagle", backend, _snapshot(head, None, say, files), 0))
+        for drafter in HEAD_DRAFTERS:
+            head = entry.head(drafter, backend)
+            if head:
+                done.append(_pull_head(entry, drafter, head, backend, done[0].path, say))
     return done
+
+
+def _pull_head(entry: ModelEntry, drafter: str, repo: str, backend: str, target: Path, say) -> Pulled:
+    """A drafter head: EAGLE heads were released as pytorch_model.bin as well as safetensors, and for
+    llama.cpp as one GGUF; DFlash/DSpark heads as safetensors, which a llama.cpp target gets converted into
+    localspec's cache here (once), so the first chat does not wait for it."""
+    say(f"{drafter} head {repo}")
+    if drafter == "eagle":
+        files = ("*.gguf",) if backend == "llama.cpp" else ("*.safetensors", "*.bin")
+        return Pulled(f"{entry.name} {drafter}", backend, _snapshot(repo, None, say, files), 0)
+    folder = _snapshot(repo, None, say, ("*.safetensors", "*.gguf"))
+    if backend == "llama.cpp" and not list(folder.glob("*.gguf")):
+        from localspec.dflash_gguf import gguf_head_for
+
+        converted = gguf_head_for(folder, target)
+        say(f"{drafter} head converted for llama.cpp: {converted}")
+        return Pulled(f"{entry.name} {drafter}", backend, converted, converted.stat().st_size)
+    return Pulled(f"{entry.name} {drafter}", backend, folder, 0)
 
 
 def _pull_one(entry: ModelEntry, backend: str, quant: str | None, revision: str | None, say) -> Pulled:

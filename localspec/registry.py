@@ -34,10 +34,13 @@ _ENTRY_KEYS = {
     "mlx": dict,
     "torch": dict,
     "eagle": dict,
+    "dflash": dict,
+    "dspark": dict,
 }  # and a table per drafter with options, [models.NAME.DRAFTER], checked against the drafter's options by config.py
 _GGUF_KEYS = {"repo": str, "quant": str, "files": dict}
 _REPO_KEYS = {"repo": str}
-_EAGLE_KEYS = {"torch": str, "mlx": str, "llama.cpp": str}
+_HEAD_KEYS = {"torch": str, "mlx": str, "llama.cpp": str}
+HEAD_DRAFTERS = ("eagle", "dflash", "dspark")  # drafters whose heads models.toml names per backend
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class ModelEntry:
     gguf_files: dict = field(default_factory=dict)  # quantization -> file in gguf_repo
     mlx_repo: str | None = None
     torch_repo: str | None = None
-    eagle: dict = field(default_factory=dict)  # backend -> EAGLE head repo
+    heads: dict = field(default_factory=dict)  # head drafter (eagle, dflash, dspark) -> backend -> repo
     drafter_tables: dict = field(default_factory=dict)  # drafter name -> its options for this model (raw TOML)
     where: str = ""  # the file this entry came from, for messages
 
@@ -68,6 +71,10 @@ class ModelEntry:
                 f"model {self.name!r} has no GGUF quantization {quant!r} in models.toml (available: {have})"
             )
         return self.gguf_files[quant]
+
+    def head(self, drafter: str, backend: str) -> str | None:
+        """The repo of the ``drafter`` head (eagle, dflash, dspark) models.toml names for ``backend``."""
+        return self.heads.get(drafter, {}).get(backend)
 
     def sources(self) -> list[str]:
         """The backends this entry can be loaded with."""
@@ -162,7 +169,7 @@ def _entry(name: str, table, where: str) -> ModelEntry:
         raise ConfigError(f"{here}: must be a table")
     drafter_tables = {k: v for k, v in table.items() if k not in _ENTRY_KEYS and isinstance(v, dict)}
     _check_keys({k: v for k, v in table.items() if k not in drafter_tables}, _ENTRY_KEYS, here)
-    subtables = {"gguf": _GGUF_KEYS, "mlx": _REPO_KEYS, "torch": _REPO_KEYS, "eagle": _EAGLE_KEYS}
+    subtables = {"gguf": _GGUF_KEYS, "mlx": _REPO_KEYS, "torch": _REPO_KEYS} | dict.fromkeys(HEAD_DRAFTERS, _HEAD_KEYS)
     for key, allowed in subtables.items():
         _check_keys(table.get(key, {}), allowed, f"{where}, [models.{name}.{key}]")
     gguf = table.get("gguf", {})
@@ -194,7 +201,7 @@ def _entry(name: str, table, where: str) -> ModelEntry:
         dict(gguf.get("files", {})),
         table.get("mlx", {}).get("repo"),
         table.get("torch", {}).get("repo"),
-        dict(table.get("eagle", {})),
+        {d: dict(table[d]) for d in HEAD_DRAFTERS if d in table},
         drafter_tables,
         where,
     )

@@ -282,14 +282,14 @@ def test_the_head_keeps_its_cache_across_turns_and_trees_fit_the_context(tmp_pat
     # every position whose next token is known was handed over, the last step's features too; what the
     # head has not taken yet goes in with the next draft
     drafter._catch_up()
-    assert drafter._first == 0 and drafter._fed == len(PROMPT) + 20 - 1
+    assert drafter.rows.first == 0 and drafter.rows.fed == len(PROMPT) + 20 - 1
     second = PROMPT + list(first.tokens) + [5, 6, 7]
     backend_plain = tiny("llama-gqa")
     plain = generate(backend_plain, NoDrafter(), second, GREEDY, max_tokens=20).tokens
     out = generate(backend, drafter, second, GREEDY, max_tokens=20, draft_tokens=3)
     assert out.tokens == plain
     drafter._catch_up()
-    assert drafter._first == 0 and drafter._fed == len(second) + 20 - 1  # continued, not started over
+    assert drafter.rows.first == 0 and drafter.rows.fed == len(second) + 20 - 1  # continued, not started over
     # close to the end of the context a tree is cut to the slots that are left: the turn ends normally
     long_prompt = [int(t) for t in np.random.default_rng(4).integers(0, V, backend.n_ctx - 6)]
     backend.truncate(0)

@@ -31,7 +31,9 @@ def test_builtin_registry_has_the_default_model():
         entry = registry.get(name)
         assert entry.gguf_repo and entry.mlx_repo and entry.torch_repo and entry.tokenizer, name
     llama = registry.get("llama3-8b")
-    assert llama.drafts == ("llama3.2-1b",) and llama.eagle["torch"] and llama.gguf_file("Q8_0").endswith(".gguf")
+    assert (
+        llama.drafts == ("llama3.2-1b",) and llama.head("eagle", "torch") and llama.gguf_file("Q8_0").endswith(".gguf")
+    )
     assert "qwen2.5-coder-0.5b" in registry.compatible_drafts("qwen2.5-coder-7b")
     assert "smollm2-135m" not in registry.compatible_drafts("qwen2.5-coder-7b")
     from localspec.hub import default_backend

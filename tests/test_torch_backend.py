@@ -320,7 +320,7 @@ def test_eagle_head_drafts_and_output_stays_the_targets(tmp_path, name, fmt, wit
     assert out.tokens == plain
     # fed from the prompt's first position on (its features come with the prefill), without gaps, up to
     # what the last step verified
-    assert drafter._first == 0 and out.stats.drafter["eagle_positions_fed"] >= len(prompt) - 1 + 60 - 4
+    assert drafter.rows.first == 0 and out.stats.drafter["eagle_positions_fed"] >= len(prompt) - 1 + 60 - 4
     assert out.stats.drafted > 30
     sampled = generate(
         backend,

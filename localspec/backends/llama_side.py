@@ -47,7 +47,31 @@ class SideContext:
     """The batch plumbing of such a context; ``what`` names it in errors ("the EAGLE-3 head")."""
 
     what = "the side context"
-    _lib = _ctx = _batch = None
+    _lib = _model = _ctx = _batch = _mem = None
+    _lo = 0
+
+    def _load_model(self, path, target) -> None:
+        """The side context's own GGUF model, with the target's library and GPU layers."""
+        from localspec.backends.llama_cpp import _last_error
+
+        lib = self._lib = target._lib
+        self._model = self._ctx = self._batch = None
+        params = lib.llama_model_default_params()
+        params.n_gpu_layers = target._gpu_layers
+        self._model = lib.llama_model_load_from_file(str(path).encode(), params)
+        if not self._model:
+            raise ModelError(f"llama.cpp could not load {self.what} {path}: {_last_error()}")
+
+    # the first cache slot the drafter has filled; slots before it belong to an earlier context
+    @property
+    def lo(self) -> int:
+        return self._lo
+
+    @lo.setter
+    def lo(self, value: int) -> None:
+        if value != self._lo:
+            self._lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
+        self._lo = value
 
     def _place(self, idx: int, pos: int, output: bool) -> None:
         lib = self._lib

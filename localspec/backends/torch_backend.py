@@ -181,12 +181,15 @@ _LAYER_NAMES = {
     "attn_k": "k",
     "attn_v": "v",
     "attn_output": "o",
+    "attn_q_norm": "q_norm",
+    "attn_k_norm": "k_norm",
     "ffn_norm": "mlp_norm",
     "ffn_gate": "gate",
     "ffn_up": "up",
     "ffn_down": "down",
 }
-SUPPORTED = ("llama", "qwen2", "mistral")
+SUPPORTED = ("llama", "qwen2", "qwen3", "mistral")
+NEOX = ("qwen2", "qwen3")  # rotate-half rope, as Hugging Face stores q/k: no rows to un-interleave
 
 
 def load_gguf(path: Path, dtype):
@@ -230,6 +233,7 @@ def load_gguf(path: Path, dtype):
         rms_eps=float(meta.get(a + "attention.layer_norm_rms_epsilon", 1e-5)),
         rope_theta=float(meta.get(a + "rope.freq_base", 10000.0)),
         attn_bias="blk.0.attn_q.bias" in tensors,
+        qk_norm="blk.0.attn_q_norm.weight" in tensors,
         tie_embeddings="output.weight" not in tensors,
         max_positions=int(meta.get(a + "context_length", 4096)),
         rope_freq_factors=tuple(weight("rope_freqs.weight").tolist()) if "rope_freqs.weight" in tensors else None,
@@ -240,7 +244,7 @@ def load_gguf(path: Path, dtype):
     for (i, dst, part), name in _layer_tensors(cfg.n_layers, tensors):
         w = weight(name)
         src = name.split(".")[2]
-        if arch != "qwen2" and src in ("attn_q", "attn_k"):
+        if arch not in NEOX and src in ("attn_q", "attn_k"):
             # llama.cpp's converter interleaves q/k rows for its rotary layout; undo it
             w = _unpermute(w, n_heads if src == "attn_q" else n_kv)
         state[f"layers.{i}.{dst}.{part}"] = w

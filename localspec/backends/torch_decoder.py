@@ -1,7 +1,8 @@
-"""A compact PyTorch decoder for the Llama / Qwen2 / Mistral family, with a static KV cache.
+"""A compact PyTorch decoder for the Llama / Qwen2 / Qwen3 / Mistral family, with a static KV cache.
 
 RMSNorm, rotary position embeddings (HF's rotate-half layout, Llama-3 frequency scaling), grouped-query
-attention through SDPA, SwiGLU MLP, optional q/k/v bias (Qwen2) and tied embeddings. The cache is a fixed
+attention through SDPA, SwiGLU MLP, optional q/k/v bias (Qwen2), optional per-head RMSNorm of q and k
+before the rotation (Qwen3) and tied embeddings. The cache is a fixed
 [layers, positions, kv heads, head dim] buffer indexed by position: truncating is only moving the length.
 """
 
@@ -29,6 +30,7 @@ class DecoderConfig:
     rope_theta: float = 10000.0
     rope_scaling: dict | None = None  # {"rope_type": "llama3", "factor", "low_freq_factor", ...}
     attn_bias: bool = False
+    qk_norm: bool = False  # Qwen3: q and k are RMS-normed per head (over head_dim) before the rotation
     tie_embeddings: bool = False
     max_positions: int = 4096
     rope_freq_factors: tuple | None = field(default=None, repr=False)  # GGUF's rope_freqs tensor
@@ -79,6 +81,8 @@ class Layer(nn.Module):
         self.k = nn.Linear(h, cfg.n_kv_heads * hd, bias=cfg.attn_bias)
         self.v = nn.Linear(h, cfg.n_kv_heads * hd, bias=cfg.attn_bias)
         self.o = nn.Linear(cfg.n_heads * hd, h, bias=False)
+        self.q_norm = RMSNorm(hd, cfg.rms_eps) if cfg.qk_norm else nn.Identity()
+        self.k_norm = RMSNorm(hd, cfg.rms_eps) if cfg.qk_norm else nn.Identity()
         self.mlp_norm = RMSNorm(h, cfg.rms_eps)
         self.gate = nn.Linear(h, cfg.intermediate_size, bias=False)
         self.up = nn.Linear(h, cfg.intermediate_size, bias=False)
@@ -138,9 +142,8 @@ class Decoder(nn.Module):
         """Layer i's attention output (o projection applied) for normed inputs h in slots start..; keys and
         values go into the cache when there is one, else attention stays within h (training)."""
         cfg, n = self.cfg, h.shape[0]
-        q = rotate(layer.q(h).view(n, cfg.n_heads, cfg.head_dim), cos, sin)
-        k = rotate(layer.k(h).view(n, cfg.n_kv_heads, cfg.head_dim), cos, sin)
-        v = layer.v(h).view(n, cfg.n_kv_heads, cfg.head_dim)
+        q = rotate(layer.q_norm(layer.q(h).view(n, cfg.n_heads, cfg.head_dim)), cos, sin)
+        k, v = self.keys_values(layer, h, cos, sin)
         if self.k_cache is not None:
             end = start + n
             self.k_cache[i, start:end], self.v_cache[i, start:end] = k, v
@@ -153,6 +156,12 @@ class Decoder(nn.Module):
             enable_gqa=cfg.n_heads != cfg.n_kv_heads,
         )
         return layer.o(out.transpose(0, 1).reshape(n, cfg.n_heads * cfg.head_dim))
+
+    def keys_values(self, layer: Layer, h: torch.Tensor, cos, sin) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotated keys and values [n, kv heads, head dim] of normed inputs h."""
+        cfg, n = self.cfg, h.shape[0]
+        k = rotate(layer.k_norm(layer.k(h).view(n, cfg.n_kv_heads, cfg.head_dim)), cos, sin)
+        return k, layer.v(h).view(n, cfg.n_kv_heads, cfg.head_dim)
 
     @staticmethod
     def mlp(layer: Layer, x: torch.Tensor) -> torch.Tensor:

@@ -10,13 +10,15 @@ from pathlib import Path
 from localspec.backends.base import Backend
 from localspec.errors import ConfigError, ModelError
 
-SUPPORTED = ("llama", "qwen2", "mistral", "mimo")  # mimo: a Qwen2 body (+ MTP layers, drafters/mtp_torch.py)
+SUPPORTED = ("llama", "qwen2", "qwen3", "mistral", "mimo")  # mimo: a Qwen2 body (+ MTP layers, drafters/mtp_torch.py)
 HF_LAYER_NAMES = {
     "input_layernorm": "attn_norm",
     "self_attn.q_proj": "q",
     "self_attn.k_proj": "k",
     "self_attn.v_proj": "v",
     "self_attn.o_proj": "o",
+    "self_attn.q_norm": "q_norm",
+    "self_attn.k_norm": "k_norm",
     "post_attention_layernorm": "mlp_norm",
     "mlp.gate_proj": "gate",
     "mlp.up_proj": "up",
@@ -55,6 +57,7 @@ def decoder_config(folder: Path):
         rope_theta=cfg.get("rope_theta", 10000.0),
         rope_scaling=cfg.get("rope_scaling"),
         attn_bias=kind in ("qwen2", "mimo") or bool(cfg.get("attention_bias")),
+        qk_norm=kind == "qwen3",
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         max_positions=cfg.get("max_position_embeddings", 4096),
     )

@@ -20,7 +20,6 @@ per expanded node) and ranks its outputs (``head.top``).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +29,10 @@ import numpy as np
 from localspec.drafters.base import Drafter, DrafterNeeds, check_fit
 from localspec.drafters.draft_model import GREEDY, pick_token
 from localspec.drafters.eagle_heads import TREE_SLOTS, head_summary, load_eagle_head
+from localspec.drafters.feature_feed import FeatureFeed, FedByFeatures
 from localspec.errors import ConfigError
 from localspec.options import option
-from localspec.types import Draft, Features, common_prefix
+from localspec.types import Draft, Features
 
 TREE_WIDTH = 4  # children per expanded node and expanded nodes per depth
 
@@ -79,7 +79,7 @@ def eagle_folder(spec: str) -> Path:
         ) from exc
 
 
-class EagleDrafter(Drafter):
+class EagleDrafter(FedByFeatures, Drafter):
     name = "eagle"
     cost_per_token = None  # a head forward per token: timed by the controller on the first (short) draft
     # fed the target's features of the layers its head reads (chains; a tree-drafting one needs tree attention)
@@ -115,12 +115,8 @@ class EagleDrafter(Drafter):
         self.target_vocab = target.vocab_size
         self.tree_nodes, self.tree_width = tree_nodes, tree_width
         self.rng = np.random.default_rng(seed)
-        self._fed = 0  # context positions j whose (token j+1, feature j) the head's cache holds, from _first
-        self._first: int | None = None
-        self._context: Sequence[int] = ()  # the context of the last feed (the engine's list: it grows)
+        self.rows = FeatureFeed()  # slot j of the head's cache: (token j+1, feature j)
         self._last = None  # the head's output after the last fed position
-        self._pending: list[Features] = []  # features handed over on steps that drafted nothing, not yet fed
-        self._per_row = 0.0  # seconds a batched catch-up took per position, last time
         self._trees = self._tree_tokens = 0
 
     def describe(self) -> str:
@@ -132,9 +128,7 @@ class EagleDrafter(Drafter):
         (token j+1, feature j) stays valid while tokens 0..j+1 are the same."""
         self.target.set_feature_layers(self.head.feature_layers)  # another drafter may have switched them
         self._catch_up()  # what the last turn handed over belongs to its context
-        if self._first is not None:
-            same = common_prefix(self._context, prompt)
-            self._fed = max(0, min(self._fed, same - 1 - self._first))
+        self.rows.keep(prompt, lookahead=1)
         self._last = None
 
     def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
@@ -150,54 +144,19 @@ class EagleDrafter(Drafter):
             return self._tree(max_tokens)
         return self._chain(max_tokens)
 
-    def feed(self, context: Sequence[int], features: Features) -> None:
-        """Keep the target's features of the newly verified positions; they go into the head's cache in one
-        batched call when a draft is next asked for (a head pass per step that drafts nothing, ~0.7 ms on
-        SmolLM2's llama.cpp head, is ~7% of its 9 ms step)."""
-        self._context, self.catchup_s = context, 0.0
-        last = self._pending[-1] if self._pending else None
-        if last is not None and features.start == last.start + len(last.rows):  # contiguous: one batch
-            self._pending[-1] = Features(last.start, np.concatenate([last.rows, features.rows]))
-        else:
-            self._pending.append(features)
-
-    def catchup_estimate(self, context: Sequence[int]) -> float:
-        behind = sum(len(f.rows) for f in self._pending)
-        return behind * self._per_row if behind > 1 else 0.0
-
-    def _catch_up(self) -> None:
-        pending, self._pending = self._pending, []
-        if not pending:
-            return
-        t0, rows = time.perf_counter(), sum(len(f.rows) for f in pending)
-        for features in pending:
-            self._feed_now(self._context, features)
-        if rows > 1:  # one row a step is what drafting every step costs anyway
-            self.catchup_s = (time.perf_counter() - t0) * (rows - 1) / rows
-            self._per_row = self.catchup_s / (rows - 1)
-
-    def _feed_now(self, context: Sequence[int], features: Features) -> None:
-        """The target's features [n, F] of positions features.start.. into the head's cache."""
-        pos, rows = features.start, features.rows
-        if self._first is None:
-            self._first = pos
-        end = self._first + self._fed
-        if pos > end:  # positions the head never saw (steps without features): start over from here
-            self._first, self._fed, end = pos, 0, pos
-        elif self._first <= pos < end:  # features of positions it has (a re-prefilled prompt): feed them again
-            self._fed, end = pos - self._first, pos
-        self.head.lo = self._first
-        rows = rows[end - pos :]
+    def _put(self, context: Sequence[int], rows: np.ndarray, end: int) -> int:
+        """Feature rows [n, F] of positions end.. into the head's cache, paired with tokens end+1.."""
+        self.head.lo = self.rows.first
         n = min(len(rows), len(context) - 1 - end)
-        if n > 0:
-            feats = self.head.fuse(np.asarray(rows[:n]))
-            out = self.head.step(context[end + 1 : end + 1 + n], feats, end)
-            self._fed += n
-            self._last = out[-1:]
+        if n <= 0:
+            return 0
+        out = self.head.step(context[end + 1 : end + 1 + n], self.head.fuse(rows[:n]), end)
+        self._last = out[-1:]
+        return n
 
     def _chain(self, k: int) -> Draft:
         sampling = self.sampling or GREEDY
-        tokens, rows_q, out, at = [], [], self._last, self._first + self._fed
+        tokens, rows_q, out, at = [], [], self._last, self.rows.end
         for i in range(k):
             token = pick_token(self.head.logits(out)[0], sampling, self.rng, self.target_vocab, rows_q)
             tokens.append(token)
@@ -208,7 +167,7 @@ class EagleDrafter(Drafter):
     def _tree(self, depth: int) -> Draft:
         head, width = self.head, self.tree_width
         depth = min(depth, head.max_tree_depth(width))  # the head's cache has room for so many expanded nodes
-        base = self._first + self._fed  # the slot (and position) the pending token's pair will take
+        base = self.rows.end  # the slot (and position) the pending token's pair will take
         values, indices = head.top(self._last, width)
         tokens = [int(t) for t in indices[0]]
         parents, depths = [-1] * width, [1] * width
@@ -246,7 +205,7 @@ class EagleDrafter(Drafter):
             close()
 
     def figures(self) -> dict:
-        out = {"eagle_positions_fed": self._fed, "eagle_head": head_summary(self.head)}
+        out = {"eagle_positions_fed": self.rows.fed, "eagle_head": head_summary(self.head)}
         if self._trees:
             out["mean_tree_tokens"] = round(self._tree_tokens / self._trees, 2)
         return out

@@ -69,13 +69,8 @@ class LlamaEagle3Head(SideContext):
                 f"{self.path.name} was made for a target of hidden size {width}; {target.model_name} has "
                 f"{target.hidden_size}: the head belongs to another model"
             )
-        lib = self._lib = target._lib
-        self._model = self._ctx = self._batch = None
-        params = lib.llama_model_default_params()
-        params.n_gpu_layers = target._gpu_layers
-        self._model = lib.llama_model_load_from_file(str(self.path).encode(), params)
-        if not self._model:
-            raise ModelError(f"llama.cpp could not load the EAGLE-3 head {self.path}: {_last_error()}")
+        self._load_model(self.path, target)
+        lib = self._lib
         vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self._model))
         if vocab != target.vocab_size:
             self.close()
@@ -114,17 +109,6 @@ class LlamaEagle3Head(SideContext):
         self._batch = lib.llama_batch_ext_init(self._ctx)
         self.n_batch, self.vocab_size = target.n_batch, target.vocab_size
         self._lo = 0
-
-    # the first cache slot the drafter has filled; slots before it belong to an earlier context
-    @property
-    def lo(self) -> int:
-        return self._lo
-
-    @lo.setter
-    def lo(self, value: int) -> None:
-        if value != self._lo:
-            self._lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
-        self._lo = value
 
     def fuse(self, rows) -> np.ndarray:
         """g rows [n, H] for target features [n, 3 x target hidden]."""

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 
 from localspec.backends.base import Backend
-from localspec.drafters import draft_model, eagle, mtp, ngram, random, suffix
+from localspec.drafters import dflash, draft_model, eagle, mtp, ngram, random, suffix
 from localspec.drafters.base import Drafter, NoDrafter
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.context import DrafterContext
@@ -81,6 +81,22 @@ DRAFTERS: dict[str, DrafterKind] = {
             mtp.MtpDrafter,
             mtp.MtpOptions,
             mtp.build,
+            "model",
+        ),
+        DrafterKind(
+            "dflash",
+            "a DFlash block-diffusion head: one pass drafts a block, on the target's hidden states",
+            dflash.DFlashDrafter,
+            dflash.DFlashOptions,
+            dflash.build,
+            "model",
+        ),
+        DrafterKind(
+            "dspark",
+            "a DSpark head: DFlash with a Markov head within the block and a confidence head",
+            dflash.DSparkDrafter,
+            dflash.DFlashOptions,
+            dflash.build_dspark,
             "model",
         ),
         DrafterKind(

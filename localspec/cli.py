@@ -204,19 +204,24 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--layout",
         default="eagle1",
-        choices=("eagle1", "eagle3"),
+        choices=("eagle1", "eagle3", "dflash"),
         help="eagle1: reads the last layer's features (torch, MLX); eagle3: three layers' inputs and a draft "
-        "vocabulary (torch, MLX, and llama.cpp after `convert-eagle`)",
+        "vocabulary (torch, MLX, and llama.cpp after `convert-eagle`); dflash: a block-diffusion head that "
+        "drafts a block per pass (--drafter dflash: torch, and llama.cpp, which converts it once)",
     )
 
-    conv = sub.add_parser(
-        "convert-eagle",
-        help="write an EAGLE-3 head (Hugging Face folder) as the GGUF llama.cpp runs, for one target model",
+    converters = (
+        ("convert-eagle", "an EAGLE-3 head", "model.safetensors or pytorch_model.bin"),
+        ("convert-dflash", "a DFlash or DSpark head", "*.safetensors"),
     )
-    conv.add_argument("head", help="the head's folder (config.json + model.safetensors or pytorch_model.bin)")
-    conv.add_argument("--target", "-m", required=True, help="the target: a name from models.toml or a .gguf file")
-    conv.add_argument("--out", "-o", required=True, help="the GGUF file to write")
-    conv.add_argument("--type", default="f16", choices=("f16", "f32"), help="weight type of the matrices (f16)")
+    for command, what, weights in converters:
+        conv = sub.add_parser(
+            command, help=f"write {what} (Hugging Face folder) as the GGUF llama.cpp runs, for one target model"
+        )
+        conv.add_argument("head", help=f"the head's folder (config.json + {weights})")
+        conv.add_argument("--target", "-m", required=True, help="the target: a name from models.toml or a .gguf file")
+        conv.add_argument("--out", "-o", required=True, help="the GGUF file to write")
+        conv.add_argument("--type", default="f16", choices=("f16", "f32"), help="weight type of the matrices (f16)")
 
     conf = sub.add_parser(
         "config",
@@ -271,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rm": commands.rm_command,
             "train-eagle": commands.train_eagle_command,
             "convert-eagle": commands.convert_eagle_command,
+            "convert-dflash": commands.convert_dflash_command,
             "calibrate": commands.calibrate_command,
             "config": commands.config_command,
             "serve": commands.serve_command,

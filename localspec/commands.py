@@ -342,6 +342,20 @@ def convert_eagle_command(args) -> int:
     return 0
 
 
+def convert_dflash_command(args) -> int:
+    from localspec.dflash_gguf import convert_dflash
+    from localspec.registry import load_registry, resolve_model
+
+    name, target = resolve_model(args.target, load_registry())
+    written = convert_dflash(Path(args.head), target, Path(args.out), args.type)
+    flag = "--dspark-head" if written["kind"] == "dspark" else "--dflash-head"
+    print(
+        f"wrote {args.out}: {written['kind']} head for {name}, target layers {written['layers']}, blocks of "
+        f"{written['block_size']}; run it with --backend llama.cpp --drafter {written['kind']} {flag} {args.out}"
+    )
+    return 0
+
+
 def config_command(args) -> int:
     """Every setting a run with these flags would use, and where each comes from; loads no model."""
     rows = settings_from_args(args).rows

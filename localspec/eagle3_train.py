@@ -37,6 +37,30 @@ def draft_vocabulary(labels: Sequence, eog: Sequence[int], limit: int = DRAFT_VO
     return sorted(kept)
 
 
+def draft_lm_head(target_head, draft_ids: Sequence[int]) -> tuple:
+    """(draft ids as a tensor, an LM head over them that starts as the target's rows, the map target id ->
+    draft id with -100 outside the draft vocabulary)."""
+    import torch
+    from torch import nn
+
+    ids = torch.tensor(sorted(draft_ids), dtype=torch.long)
+    lm_head = nn.Linear(target_head.shape[1], len(ids), bias=False)
+    with torch.no_grad():
+        lm_head.weight.copy_(target_head[ids])
+    to_draft = torch.full((target_head.shape[0],), -100, dtype=torch.long)
+    to_draft[ids] = torch.arange(len(ids))
+    return ids, lm_head, to_draft
+
+
+def features_and_greedy(backend, piece: Sequence[int]):
+    """(the feature layers' rows [n, layers x H], the target's greedy next token after each position [n]) of
+    one window: what EAGLE-3 and DFlash heads learn from."""
+    import torch
+
+    out = backend.forward(piece, return_hidden=True)
+    return torch.from_numpy(out.hidden), torch.from_numpy(out.logits.argmax(-1))
+
+
 class Eagle3TrainHead:
     """The EAGLE-3 modules, trainable: fc [H, 3H], one layer whose q/k/v read [norm(embedding); norm(state)],
     the final norm and the draft-vocabulary LM head. The target's embedding is read, frozen, not saved."""
@@ -74,26 +98,14 @@ class Eagle3TrainHead:
 
     def choose_vocabulary(self, draft_ids: Sequence[int]) -> None:
         """The draft vocabulary (target ids); its LM head starts as the target's rows for them."""
-        import torch
-        from torch import nn
-
-        self.draft_ids = torch.tensor(list(draft_ids), dtype=torch.long)
-        self.lm_head = nn.Linear(self.cfg.hidden_size, len(self.draft_ids), bias=False)
-        with torch.no_grad():
-            self.lm_head.weight.copy_(self.target_head[self.draft_ids])
-        self.to_draft = torch.full((self.vocab_size,), -100, dtype=torch.long)  # target id -> draft id
-        self.to_draft[self.draft_ids] = torch.arange(len(self.draft_ids))
+        self.draft_ids, self.lm_head, self.to_draft = draft_lm_head(self.target_head, draft_ids)
 
     def parameters(self):
         modules = (self.fc, self.decoder.layers, self.input_norm, self.hidden_norm, self.norm, self.lm_head)
         return [p for m in modules for p in m.parameters()]
 
     def target_data(self, backend, piece: Sequence[int]):
-        """(features [n, 3H], the target's greedy next token after each position [n]) of one window."""
-        import torch
-
-        out = backend.forward(piece, return_hidden=True)
-        return torch.from_numpy(out.hidden), torch.from_numpy(out.logits.argmax(-1))
+        return features_and_greedy(backend, piece)
 
     def loss(self, tokens, data, noise: float, gen) -> tuple:
         """(loss, step-1 top-1 agreement count, step-1 positions) on one window."""

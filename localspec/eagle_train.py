@@ -41,7 +41,7 @@ class TrainConfig:
     holdout: float = 0.05
     seed: int = 0
     max_tokens: int = 0  # use at most this many corpus tokens (0: all)
-    layout: str = "eagle1"  # eagle1 (this module's head) or eagle3 (eagle3_train.py)
+    layout: str = "eagle1"  # eagle1 (this module's head), eagle3 (eagle3_train.py) or dflash (dflash_train.py)
 
 
 def read_corpus(path: Path, tokenize: Callable[[list], list], tokenize_text: Callable[[str], list]) -> list[list[int]]:
@@ -193,7 +193,7 @@ def train_eagle(backend, data: Path, out: Path, config: TrainConfig, log: Callab
     total_tokens = sum(map(len, pieces))
     head = _new_head(backend, config)
     features = _target_features(backend, head, pieces, log, started)
-    if config.layout == "eagle3":
+    if config.layout in ("eagle3", "dflash"):
         from localspec.eagle3_train import draft_vocabulary
 
         head.choose_vocabulary(draft_vocabulary([f[1] for f in features.values()], sorted(backend.eog_tokens)))
@@ -284,8 +284,12 @@ def _training_windows(backend, data: Path, config: TrainConfig, log) -> tuple[li
 def _new_head(backend, config: TrainConfig):
     if config.layout == "eagle1":
         return TrainHead(backend.model, config.seed)
+    if config.layout == "dflash":
+        from localspec.dflash_train import DFlashTrainHead
+
+        return DFlashTrainHead(backend.model, config.seed)
     if config.layout != "eagle3":
-        raise ConfigError(f"--layout must be eagle1 or eagle3, not {config.layout!r}")
+        raise ConfigError(f"--layout must be eagle1, eagle3 or dflash, not {config.layout!r}")
     from localspec.drafters.eagle_heads import eagle3_layers
     from localspec.eagle3_train import Eagle3TrainHead
 

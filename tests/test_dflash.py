@@ -193,3 +193,37 @@ def test_heads_for_another_model_or_the_other_kind_are_refused(tmp_path, target)
         load_head(str(tmp_path / "d"), target)
     with pytest.raises(ModelError, match="no such folder"):
         load_head(str(tmp_path / "nowhere"), target)
+
+
+# -- train-eagle --layout dflash -------------------------------------------------------------------------
+def test_the_training_forward_is_the_drafting_forward(tmp_path, target):
+    """A DFlashTrainHead's blocks (many anchors in one pass, each seeing only the context before it) equal,
+    once saved in the released layout, what the torch drafter's head computes for each anchor alone."""
+    from localspec.dflash_train import DFlashTrainHead
+    from localspec.eagle_train import save_head
+
+    head = DFlashTrainHead(target.model, seed=3, block=6)
+    assert head.layer_ids == (1, 2, 3, 4, 5) and head.feature_layers == (2, 3, 4, 5, 6)  # 8 layers: 1 .. L-3
+    head.choose_vocabulary(range(0, 200, 2))
+    with torch.no_grad():  # random, not the small-output start, so that every module shows in the rows
+        for p in head.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.2)
+    tokens = torch.tensor(PROMPT + [60, 61, 62, 63])
+    feats = torch.from_numpy(features(target, head.feature_layers, tokens.tolist()))
+    anchors, lengths = torch.tensor([1, 5, 9]), torch.tensor([6, 3, 6])
+    ids = torch.full((3, 6), head.mask_token)
+    ids[:, 0] = tokens[anchors]
+    positions = (anchors[:, None] + torch.arange(6)).reshape(-1)
+    with torch.no_grad():
+        rows = head.forward_blocks(head.embed[ids.reshape(-1)], positions, feats, anchors, lengths).view(3, 6, -1)
+    save_head(head, tmp_path / "head", {})
+    loaded = load_head(str(tmp_path / "head"), target)
+    assert loaded.layout.kind == "dflash" and loaded.layout.block_size == 6
+    assert loaded.layout.mask_token == head.mask_token and loaded.to_target.tolist() == list(range(0, 200, 2))
+    for b, (p, n) in enumerate(zip(anchors.tolist(), lengths.tolist(), strict=True)):
+        loaded.lo = 0
+        loaded.inject(feats[:p].numpy(), 0)
+        got = loaded.block(int(tokens[p]), p, n).hidden
+        assert torch.allclose(got, rows[b, :n], atol=1e-4), b
+        logits = loaded.logits(got[1:])
+        assert np.allclose(logits[:, loaded.to_target], head.lm_head(rows[b, 1:n]).detach().numpy(), atol=1e-4)

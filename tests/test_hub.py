@@ -56,6 +56,16 @@ files = { Q4 = "tiny-draft-q4.gguf" }
 repo = "test/big-GGUF"
 files = { Q4 = "big.gguf" }
 
+[models.dtiny]
+[models.dtiny.gguf]
+repo = "test/dtiny-GGUF"
+files = { F32 = "dtiny-f32.gguf" }
+[models.dtiny.torch]
+repo = "test/dtiny"
+[models.dtiny.dflash]
+torch = "test/dtiny-dflash"
+"llama.cpp" = "test/dtiny-dflash"
+
 [models.ghost]
 [models.ghost.gguf]
 repo = "test/ghost"
@@ -241,3 +251,35 @@ def test_a_gated_repo_names_the_page_to_accept_and_hf_token(hub, tmp_path):
 def test_unreachable_hub_is_the_offline_message(hub):
     env = {**hub.env, "HF_ENDPOINT": "http://127.0.0.1:9"}  # nothing listens there
     assert_fails_with(run_cli("pull", "tiny", "--no-drafts", env=env), "offline or the Hub is unreachable")
+
+
+def test_a_dflash_head_is_pulled_for_torch_and_converted_once_for_llama_cpp(hub, tmp_path):
+    pytest.importorskip("torch")
+    from tiny_dflash import write_dflash_head
+    from tiny_gguf import VOCAB, write_tiny_f32_llama
+
+    from localspec.gguf_meta import read_metadata
+
+    target = write_tiny_f32_llama(tmp_path / "dtiny-f32.gguf", extra_tokens=1)
+    vocab = len(VOCAB) + 1  # the extra token is the head's mask
+    head = write_dflash_head(tmp_path / "head", 64, vocab, vocab - 2)
+    hub.add("test/dtiny-GGUF", "dtiny-f32.gguf", target.read_bytes())
+    hub.add("test/dtiny", "config.json", b'{"model_type": "llama"}')
+    hub.add("test/dtiny", "model.safetensors", bytes(4096))
+    for f in head.iterdir():
+        hub.add("test/dtiny-dflash", f.name, f.read_bytes())
+    hub.add("test/dtiny-dflash", "dflash.py", b"raise SystemExit('remote code ran')")  # never fetched nor run
+    env = {**hub.env, "LOCALSPEC_CACHE": str(tmp_path / "cache")}
+    torch_pull = run_cli("pull", "dtiny", "--backend", "torch", env=env)
+    assert torch_pull.returncode == 0, torch_pull.stderr
+    snapshot = next((tmp_path / "hf" / "hub" / "models--test--dtiny-dflash" / "snapshots").iterdir())
+    assert {p.name for p in snapshot.iterdir()} == {"config.json", "model.safetensors"}
+    assert not list((tmp_path / "cache").rglob("*.gguf"))  # torch runs the folder as it is
+    llama_pull = run_cli("pull", "dtiny", env=env)
+    assert llama_pull.returncode == 0, llama_pull.stderr
+    converted = list((tmp_path / "cache" / "heads").glob("*.gguf"))
+    assert len(converted) == 1 and "converted for llama.cpp" in llama_pull.stdout + llama_pull.stderr
+    assert read_metadata(converted[0])["general.architecture"] == "dflash"
+    stamp = converted[0].stat().st_mtime_ns
+    assert run_cli("pull", "dtiny", env=env).returncode == 0  # already there: not converted again
+    assert converted[0].stat().st_mtime_ns == stamp

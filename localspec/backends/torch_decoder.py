@@ -148,6 +148,12 @@ class Decoder(nn.Module):
             end = start + n
             self.k_cache[i, start:end], self.v_cache[i, start:end] = k, v
             k, v = self.k_cache[i, lo:end], self.v_cache[i, lo:end]
+        return layer.o(self.attention(q, k, v, mask))
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Grouped-query attention of queries [n, heads, hd] over keys/values [m, kv heads, hd] where the
+        mask [n, m] allows: [n, heads x hd], before the o projection."""
+        cfg = self.cfg
         out = F.scaled_dot_product_attention(
             q.transpose(0, 1),
             k.transpose(0, 1),
@@ -155,7 +161,7 @@ class Decoder(nn.Module):
             attn_mask=mask,
             enable_gqa=cfg.n_heads != cfg.n_kv_heads,
         )
-        return layer.o(out.transpose(0, 1).reshape(n, cfg.n_heads * cfg.head_dim))
+        return out.transpose(0, 1).reshape(q.shape[0], cfg.n_heads * cfg.head_dim)
 
     def keys_values(self, layer: Layer, h: torch.Tensor, cos, sin) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotated keys and values [n, kv heads, head dim] of normed inputs h."""

@@ -180,35 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     rm = sub.add_parser("rm", help="delete a model's downloaded files from the Hugging Face cache")
     rm.add_argument("model", help="a name from models.toml")
 
-    train = sub.add_parser(
-        "train-eagle",
-        help="distil an EAGLE head for a local model from its own hidden states "
-        "(PyTorch, CPU or CUDA); the result loads with --eagle-head",
-    )
-    train.add_argument("--model", "-m", help="a name from models.toml, a .gguf file or a Hugging Face folder")
-    train.add_argument(
-        "--data",
-        required=True,
-        help='corpus: JSONL with {"messages": [...]} or {"text": ...} per line, or a plain text file',
-    )
-    train.add_argument("--out", required=True, help="folder for the head (config.json + model.safetensors)")
-    train.add_argument("--minutes", type=float, default=30.0, help="time budget, feature extraction included (30)")
-    train.add_argument("--epochs", type=int, default=8, help="at most this many passes over the corpus (8)")
-    train.add_argument("--seq-len", type=int, default=512, help="training window in tokens (512)")
-    train.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (1e-3, cosine schedule)")
-    train.add_argument("--max-corpus-tokens", type=int, default=0, help="use at most this many tokens (0: all)")
-    train.add_argument(
-        "--threads", type=int, help="CPU threads (default: physical performance cores this process may use)"
-    )
-    train.add_argument("--seed", type=int, help="initialisation and data order")
-    train.add_argument(
-        "--layout",
-        default="eagle1",
-        choices=("eagle1", "eagle3", "dflash"),
-        help="eagle1: reads the last layer's features (torch, MLX); eagle3: three layers' inputs and a draft "
-        "vocabulary (torch, MLX, and llama.cpp after `convert-eagle`); dflash: a block-diffusion head that "
-        "drafts a block per pass (--drafter dflash: torch, and llama.cpp, which converts it once)",
-    )
+    for command in ("train-drafter", "train-eagle"):
+        _train_parser(sub, command)
 
     converters = (
         ("convert-eagle", "an EAGLE-3 head", "model.safetensors or pytorch_model.bin"),
@@ -274,6 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "pull": commands.pull_command,
             "list": commands.list_command,
             "rm": commands.rm_command,
+            "train-drafter": commands.train_eagle_command,
             "train-eagle": commands.train_eagle_command,
             "convert-eagle": commands.convert_eagle_command,
             "convert-dflash": commands.convert_dflash_command,
@@ -287,6 +261,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
+
+
+def _train_parser(sub, command: str) -> None:
+    train = sub.add_parser(
+        command,
+        help="distil a drafter head (EAGLE, DFlash, Medusa, MLP speculator) for a local model from its own "
+        "hidden states (PyTorch, CPU or CUDA)"
+        + ("; the same as train-drafter --kind eagle" if command == "train-eagle" else ""),
+    )
+    train.add_argument("--model", "-m", help="a name from models.toml, a .gguf file or a Hugging Face folder")
+    train.add_argument(
+        "--data",
+        required=True,
+        help='corpus: JSONL with {"messages": [...]} or {"text": ...} per line, or a plain text file',
+    )
+    train.add_argument("--out", required=True, help="folder for the head (config.json + model.safetensors)")
+    train.add_argument("--minutes", type=float, default=30.0, help="time budget, feature extraction included (30)")
+    train.add_argument("--epochs", type=int, default=8, help="at most this many passes over the corpus (8)")
+    train.add_argument("--seq-len", type=int, default=512, help="training window in tokens (512)")
+    train.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (1e-3, cosine schedule)")
+    train.add_argument("--max-corpus-tokens", type=int, default=0, help="use at most this many tokens (0: all)")
+    train.add_argument(
+        "--threads", type=int, help="CPU threads (default: physical performance cores this process may use)"
+    )
+    train.add_argument("--seed", type=int, help="initialisation and data order")
+    train.add_argument(
+        "--kind",
+        default="eagle",
+        choices=("eagle", "medusa", "mlp"),
+        help="eagle: an EAGLE head of --layout (--drafter eagle, or dflash); medusa: Medusa heads "
+        "(--drafter medusa --medusa-head OUT, torch); mlp: an MLP speculator (--drafter mlp --mlp-head OUT, torch)",
+    )
+    train.add_argument(
+        "--layout",
+        default="eagle1",
+        choices=("eagle1", "eagle3", "dflash"),
+        help="eagle1: reads the last layer's features (torch, MLX); eagle3: three layers' inputs and a draft "
+        "vocabulary (torch, MLX, and llama.cpp after `convert-eagle`); dflash: a block-diffusion head that "
+        "drafts a block per pass (--drafter dflash: torch, and llama.cpp, which converts it once)",
+    )
 
 
 if __name__ == "__main__":

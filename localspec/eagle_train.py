@@ -1,5 +1,7 @@
-"""`localspec train-eagle`: distil an EAGLE-1 head (or, with --layout eagle3, an EAGLE-3 head:
-eagle3_train.py) for a local model from its own hidden states.
+"""`localspec train-drafter` (`train-eagle`): distil an EAGLE-1 head (with --layout eagle3 an EAGLE-3 head,
+eagle3_train.py; dflash, dflash_train.py; with --kind medusa|mlp Medusa heads or an MLP speculator,
+multihead_train.py) for a local model from its own hidden states. This module holds the training run all
+of them share and the EAGLE-1 head.
 
 The target (torch backend) reads the corpus once; its last-layer features f_j (what its LM head reads) are
 kept in memory. The head learns, at every position j, to predict f_{j+1} from (embedding of token j+1, f_j)
@@ -24,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from localspec.eagle_save import EAGLE_LAYER_NAMES, head_config
 from localspec.errors import ConfigError
 
@@ -41,7 +45,8 @@ class TrainConfig:
     holdout: float = 0.05
     seed: int = 0
     max_tokens: int = 0  # use at most this many corpus tokens (0: all)
-    layout: str = "eagle1"  # eagle1 (this module's head), eagle3 (eagle3_train.py) or dflash (dflash_train.py)
+    layout: str = "eagle1"  # eagle1 (this module's head), eagle3 (eagle3_train.py), dflash (dflash_train.py),
+    # medusa or mlp (multihead_train.py)
 
 
 def read_corpus(path: Path, tokenize: Callable[[list], list], tokenize_text: Callable[[str], list]) -> list[list[int]]:
@@ -202,24 +207,23 @@ def train_eagle(backend, data: Path, out: Path, config: TrainConfig, log: Callab
     gen = torch.Generator().manual_seed(config.seed)
 
     def evaluate() -> tuple[float, float]:
-        loss_sum, agree, n = 0.0, 0, 0
-        with torch.no_grad():
-            for i in val_idx:
-                loss, a, m = head.loss(ids[i], features[i], 0.0, gen)
-                loss_sum, agree, n = loss_sum + float(loss) * m, agree + a, n + m
-        return (loss_sum / max(n, 1), agree / max(n, 1))
+        return _evaluate(head, [(ids[i], features[i]) for i in val_idx], gen, report)
 
+    report: dict = {}
     v_loss, v_acc = evaluate()
-    log(f"before training: held-out loss {v_loss:.3f}, top-1 agreement with the target {v_acc:.3f}")
-    report = {
-        "corpus": str(data),
-        "layout": config.layout,
-        "windows": len(pieces),
-        "tokens": total_tokens,
-        "start_val_loss": v_loss,
-        "start_val_top1": v_acc,
-        "history": [],
-    }
+    log(f"before training: held-out loss {v_loss:.3f}, top-1 agreement with the target {v_acc:.3f}{_stages(report)}")
+    report.update(
+        {
+            "corpus": str(data),
+            "layout": config.layout,
+            "windows": len(pieces),
+            "tokens": total_tokens,
+            "start_val_loss": v_loss,
+            "start_val_top1": v_acc,
+            "start_val_top1_per_stage": report.get("val_top1_per_stage"),
+            "history": [],
+        }
+    )
     run = _Training(head, config, gen, deadline, len(train_idx), log)
     try:
         for epoch in range(config.epochs):
@@ -231,7 +235,7 @@ def train_eagle(backend, data: Path, out: Path, config: TrainConfig, log: Callab
                 run.save_now(out, report)
             v_loss, v_acc = evaluate()
             report["history"].append({"epoch": epoch + 1, "step": run.steps, "val_loss": v_loss, "val_top1": v_acc})
-            log(f"epoch {epoch + 1} done: held-out loss {v_loss:.3f}, top-1 agreement {v_acc:.3f}")
+            log(f"epoch {epoch + 1} done: held-out loss {v_loss:.3f}, top-1 agreement {v_acc:.3f}{_stages(report)}")
     except StopIteration:
         pass
     except KeyboardInterrupt:
@@ -248,12 +252,34 @@ def train_eagle(backend, data: Path, out: Path, config: TrainConfig, log: Callab
     )
     save_head(head, out, report)
     log(
-        f"held-out top-1 agreement {report['start_val_top1']:.3f} -> {v_acc:.3f} after {run.steps} steps "
-        f"({report['seconds'] / 60:.1f} min); head written to {out}"
+        f"held-out top-1 agreement {report['start_val_top1']:.3f} -> {v_acc:.3f}{_stages(report)} after "
+        f"{run.steps} steps ({report['seconds'] / 60:.1f} min); head written to {out}"
     )
     if run.interrupted:
         raise KeyboardInterrupt
     return report
+
+
+def _evaluate(head, windows: list, gen, report: dict) -> tuple[float, float]:
+    """Held-out (loss, top-1 agreement with the target); a multi-stage head's (Medusa, MLP) agreement per
+    stage goes to report["val_top1_per_stage"], its first stage's is returned."""
+    import torch
+
+    loss_sum, agree, n = 0.0, np.zeros(1), 0
+    with torch.no_grad():
+        for tokens, data in windows:
+            loss, a, m = head.loss(tokens, data, 0.0, gen)
+            loss_sum, agree, n = loss_sum + float(loss) * m, agree + np.atleast_1d(a), n + m
+    per_stage = [round(float(x), 4) for x in agree / max(n, 1)]
+    if len(per_stage) > 1:
+        report["val_top1_per_stage"] = per_stage
+    return (loss_sum / max(n, 1), per_stage[0])
+
+
+def _stages(report: dict) -> str:
+    """A multi-stage head's held-out agreement per stage, for the log ('' for one stage)."""
+    per_stage = report.get("val_top1_per_stage")
+    return f" (per stage: {' '.join(f'{x:.3f}' for x in per_stage)})" if per_stage else ""
 
 
 def _training_windows(backend, data: Path, config: TrainConfig, log) -> tuple[list[list[int]], int]:
@@ -281,15 +307,22 @@ def _training_windows(backend, data: Path, config: TrainConfig, log) -> tuple[li
     return pieces, n_val
 
 
+LAYOUTS = ("eagle1", "eagle3", "dflash", "medusa", "mlp")
+
+
 def _new_head(backend, config: TrainConfig):
     if config.layout == "eagle1":
         return TrainHead(backend.model, config.seed)
+    if config.layout in ("medusa", "mlp"):
+        from localspec.multihead_train import MedusaTrainHead, MlpTrainHead
+
+        return (MedusaTrainHead if config.layout == "medusa" else MlpTrainHead)(backend.model, config.seed)
     if config.layout == "dflash":
         from localspec.dflash_train import DFlashTrainHead
 
         return DFlashTrainHead(backend.model, config.seed)
     if config.layout != "eagle3":
-        raise ConfigError(f"--layout must be eagle1, eagle3 or dflash, not {config.layout!r}")
+        raise ConfigError(f"the head layout must be one of {', '.join(LAYOUTS)}, not {config.layout!r}")
     from localspec.drafters.eagle_heads import eagle3_layers
     from localspec.eagle3_train import Eagle3TrainHead
 
@@ -347,9 +380,10 @@ class _Training:
         self.steps, self.seen = self.steps + 1, self.seen + n
         if self.steps % 25 == 0:
             rate = self.seen / (time.perf_counter() - self.started)
+            top1 = np.atleast_1d(agree)[0] / max(n, 1)  # a multi-stage head's first stage
             self.log(
                 f"epoch {epoch + 1} step {self.steps}/{self.steps_max}: loss {float(loss.detach()):.3f}, "
-                f"top-1 {agree / n:.3f}, {rate:.0f} tok/s, {(self.deadline - time.perf_counter()) / 60:.1f} min left"
+                f"top-1 {top1:.3f}, {rate:.0f} tok/s, {(self.deadline - time.perf_counter()) / 60:.1f} min left"
             )
         return True
 
@@ -366,9 +400,10 @@ def save_head(head: TrainHead, out: Path, report: dict) -> None:
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "model.safetensors.tmp"
-    save_file(head.state_dict(), str(tmp), metadata={"format": "pt", "producer": "localspec train-eagle"})
-    os.replace(tmp, out / "model.safetensors")
+    weights = getattr(head, "weights_file", "model.safetensors")
+    tmp = out / (weights + ".tmp")
+    save_file(head.state_dict(), str(tmp), metadata={"format": "pt", "producer": "localspec train-drafter"})
+    os.replace(tmp, out / weights)
     for name, obj in (("config.json", head.config()), ("train_report.json", report)):
         (out / (name + ".tmp")).write_text(json.dumps(obj, indent=1), encoding="utf-8")
         os.replace(out / (name + ".tmp"), out / name)
@@ -383,7 +418,7 @@ def run_train_eagle(args, log: Callable[[str], None] = print) -> dict:
     _, path = resolve_model(args.model, load_registry(), backend="torch")
     out = Path(args.out)
     if out.exists() and any(out.iterdir()) and not (out / "config.json").exists():
-        raise ConfigError(f"{out} exists and is not an EAGLE head folder; pick an empty or new --out")
+        raise ConfigError(f"{out} exists and is not a head folder (no config.json); pick an empty or new --out")
     backend = TorchBackend(path, n_ctx=max(args.seq_len, 64), n_threads=args.threads)
     try:
         config = TrainConfig(
@@ -393,7 +428,7 @@ def run_train_eagle(args, log: Callable[[str], None] = print) -> dict:
             lr=args.lr,
             seed=args.seed or 0,
             max_tokens=args.max_corpus_tokens,
-            layout=args.layout,
+            layout=args.layout if getattr(args, "kind", "eagle") == "eagle" else args.kind,
         )
         return train_eagle(backend, Path(args.data), out, config, log)
     finally:

@@ -76,11 +76,12 @@ def pull(
 
 def _pull_head(entry: ModelEntry, drafter: str, repo: str, backend: str, target: Path, say) -> Pulled:
     """A drafter head: EAGLE heads were released as pytorch_model.bin as well as safetensors, and for
-    llama.cpp as one GGUF; DFlash/DSpark heads as safetensors, which a llama.cpp target gets converted into
+    llama.cpp as one GGUF; Medusa heads as medusa_lm_head.pt or safetensors, MLP speculators as safetensors
+    (torch only); DFlash/DSpark heads as safetensors, which a llama.cpp target gets converted into
     localspec's cache here (once), so the first chat does not wait for it."""
     say(f"{drafter} head {repo}")
-    if drafter == "eagle":
-        files = ("*.gguf",) if backend == "llama.cpp" else ("*.safetensors", "*.bin")
+    if drafter in ("eagle", "medusa", "mlp"):
+        files = ("*.gguf",) if backend == "llama.cpp" else ("*.safetensors", "*.bin", "*.pt")
         return Pulled(f"{entry.name} {drafter}", backend, _snapshot(repo, None, say, files), 0)
     folder = _snapshot(repo, None, say, ("*.safetensors", "*.gguf"))
     if backend == "llama.cpp" and not list(folder.glob("*.gguf")):

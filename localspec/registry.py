@@ -36,11 +36,13 @@ _ENTRY_KEYS = {
     "eagle": dict,
     "dflash": dict,
     "dspark": dict,
+    "medusa": dict,
+    "mlp": dict,
 }  # and a table per drafter with options, [models.NAME.DRAFTER], checked against the drafter's options by config.py
 _GGUF_KEYS = {"repo": str, "quant": str, "files": dict}
 _REPO_KEYS = {"repo": str}
 _HEAD_KEYS = {"torch": str, "mlx": str, "llama.cpp": str}
-HEAD_DRAFTERS = ("eagle", "dflash", "dspark")  # drafters whose heads models.toml names per backend
+HEAD_DRAFTERS = ("eagle", "dflash", "dspark", "medusa", "mlp")  # drafters whose heads models.toml names per backend
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class ModelEntry:
     gguf_files: dict = field(default_factory=dict)  # quantization -> file in gguf_repo
     mlx_repo: str | None = None
     torch_repo: str | None = None
-    heads: dict = field(default_factory=dict)  # head drafter (eagle, dflash, dspark) -> backend -> repo
+    heads: dict = field(default_factory=dict)  # head drafter (HEAD_DRAFTERS) -> backend -> repo
     drafter_tables: dict = field(default_factory=dict)  # drafter name -> its options for this model (raw TOML)
     where: str = ""  # the file this entry came from, for messages
 
@@ -73,7 +75,7 @@ class ModelEntry:
         return self.gguf_files[quant]
 
     def head(self, drafter: str, backend: str) -> str | None:
-        """The repo of the ``drafter`` head (eagle, dflash, dspark) models.toml names for ``backend``."""
+        """The repo of the ``drafter`` head (one of HEAD_DRAFTERS) models.toml names for ``backend``."""
         return self.heads.get(drafter, {}).get(backend)
 
     def sources(self) -> list[str]:

@@ -230,16 +230,22 @@ def test_eagle_sampling_matches_the_targets_distribution(tmp_path, version, tree
     assert chi_square_p(counts, exact(backend, sampling)) > 1e-3
 
 
+def word_corpus(path, seed=0) -> list[str]:
+    """40 documents of six random four-letter words run together: text a head can learn."""
+    rng = np.random.default_rng(seed)
+    letters = "abcdefghijklmnopqrstuvwx"
+    words = ["".join(rng.choice(list(letters), size=4)) for _ in range(6)]
+    docs = [" ".join(rng.choice(words, size=60)).replace(" ", "") for _ in range(40)]
+    path.write_text("\n\n".join(docs))
+    return docs
+
+
 # -- train-eagle -----------------------------------------------------------------------------------------
 def test_train_eagle_learns_a_head_that_loads_and_drafts(tmp_path):
     from localspec.eagle_train import TrainConfig, train_eagle
 
     backend = tiny("llama-gqa")
-    rng = np.random.default_rng(0)
-    letters = "abcdefghijklmnopqrstuvwx"
-    words = ["".join(rng.choice(list(letters), size=4)) for _ in range(6)]
-    docs = [" ".join(rng.choice(words, size=60)).replace(" ", "") for _ in range(40)]
-    (tmp_path / "corpus.txt").write_text("\n\n".join(docs))
+    docs = word_corpus(tmp_path / "corpus.txt")
     lines = []
     report = train_eagle(
         backend,

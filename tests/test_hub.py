@@ -66,6 +66,14 @@ repo = "test/dtiny"
 torch = "test/dtiny-dflash"
 "llama.cpp" = "test/dtiny-dflash"
 
+[models.mtiny]
+[models.mtiny.torch]
+repo = "test/tiny"
+[models.mtiny.medusa]
+torch = "test/tiny-medusa"
+[models.mtiny.mlp]
+torch = "test/tiny-mlp"
+
 [models.ghost]
 [models.ghost.gguf]
 repo = "test/ghost"
@@ -283,3 +291,21 @@ def test_a_dflash_head_is_pulled_for_torch_and_converted_once_for_llama_cpp(hub,
     stamp = converted[0].stat().st_mtime_ns
     assert run_cli("pull", "dtiny", env=env).returncode == 0  # already there: not converted again
     assert converted[0].stat().st_mtime_ns == stamp
+
+
+def test_medusa_heads_and_an_mlp_speculator_are_pulled_for_torch(hub, tmp_path):
+    hub.add("test/tiny-medusa", "config.json", b'{"medusa_num_heads": 2}')
+    hub.add("test/tiny-medusa", "medusa_lm_head.pt", bytes(1024))
+    hub.add("test/tiny-medusa", "medusa_model.py", b"raise SystemExit('remote code ran')")  # never fetched
+    hub.add("test/tiny-mlp", "config.json", b'{"model_type": "mlp_speculator"}')
+    hub.add("test/tiny-mlp", "model.safetensors", bytes(1024))
+    hub.add("test/tiny-mlp", "README.md", b"not needed")
+    pulled = run_cli("pull", "mtiny", "--backend", "torch", env=hub.env)
+    assert pulled.returncode == 0, pulled.stderr
+    assert "medusa head test/tiny-medusa" in pulled.stdout + pulled.stderr
+    for repo, files in (
+        ("tiny-medusa", {"config.json", "medusa_lm_head.pt"}),
+        ("tiny-mlp", {"config.json", "model.safetensors"}),
+    ):
+        snapshot = next((tmp_path / "hf" / "hub" / f"models--test--{repo}" / "snapshots").iterdir())
+        assert {p.name for p in snapshot.iterdir()} == files

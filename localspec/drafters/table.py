@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 
 from localspec.backends.base import Backend
-from localspec.drafters import dflash, draft_model, eagle, mtp, ngram, random, suffix
+from localspec.drafters import dflash, draft_model, eagle, medusa, mlp_speculator, mtp, ngram, random, suffix
 from localspec.drafters.base import Drafter, NoDrafter
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.context import DrafterContext
@@ -97,6 +97,22 @@ DRAFTERS: dict[str, DrafterKind] = {
             dflash.DSparkDrafter,
             dflash.DFlashOptions,
             dflash.build_dspark,
+            "model",
+        ),
+        DrafterKind(
+            "medusa",
+            "Medusa heads on the target's last hidden state, one per position ahead (torch)",
+            medusa.MedusaDrafter,
+            medusa.MedusaOptions,
+            medusa.build,
+            "model",
+        ),
+        DrafterKind(
+            "mlp",
+            "an MLP speculator: small stages chained on the last hidden state and the drafted tokens (torch)",
+            mlp_speculator.MlpDrafter,
+            mlp_speculator.MlpOptions,
+            mlp_speculator.build,
             "model",
         ),
         DrafterKind(

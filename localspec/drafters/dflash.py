@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from localspec.drafters.base import Drafter, DrafterNeeds, check_fit
-from localspec.drafters.draft_model import GREEDY, pick_token
+from localspec.drafters.draft_model import GREEDY, pick_token, token_probability
 from localspec.drafters.eagle import eagle_folder
 from localspec.drafters.feature_feed import FeatureFeed, FedByFeatures
 from localspec.errors import ConfigError
@@ -158,7 +158,4 @@ class DSparkDrafter(DFlashDrafter):
 
 def _probability(logits: np.ndarray, token: int, rows_q: list) -> float:
     """The head's probability of its token: q's at T > 0, else the softmax of its logits."""
-    if rows_q:
-        return float(rows_q[-1][token])
-    peak = float(np.max(logits))
-    return float(1.0 / np.exp(logits - peak).sum() * np.exp(logits[token] - peak))
+    return float(rows_q[-1][token]) if rows_q else token_probability(logits, token)

@@ -144,6 +144,13 @@ class DraftModelDrafter(Drafter):
         self.draft.close()
 
 
+def token_probability(logits: np.ndarray, token: int) -> float:
+    """The softmax probability of ``token`` under ``logits`` (temperature 1): how sure a head is of it."""
+    z = logits - logits.max()
+    e = np.exp(z)
+    return float(e[token] / e.sum())
+
+
 def pick_token(logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generator, vocab: int, q_rows: list) -> int:
     """The drafter's token from its logits under the target's sampler settings; at temperature > 0 its
     distribution q (a dense row over the target's vocabulary) is appended to q_rows. Greedy drafts are

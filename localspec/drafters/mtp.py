@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from localspec.drafters.base import Drafter, DrafterNeeds
-from localspec.drafters.draft_model import GREEDY, pick_token
+from localspec.drafters.draft_model import GREEDY, pick_token, token_probability
 from localspec.errors import ConfigError
 from localspec.options import option
 from localspec.types import Draft, Features
@@ -112,7 +112,7 @@ class MtpDrafter(Drafter):
             logits, row = self.head.step(token, row, pos)
             token = pick_token(logits[: self.vocab], sampling, self.rng, self.vocab, q_rows)
             tokens.append(token)
-            confidence.append(_probability(logits, token))
+            confidence.append(token_probability(logits, token))
             pos += step
         self.drafted += len(tokens)
         return Draft.chain(tokens, np.stack(q_rows) if q_rows else None, confidence)
@@ -127,10 +127,3 @@ class MtpDrafter(Drafter):
 
     def close(self) -> None:
         self.head.close()
-
-
-def _probability(logits: np.ndarray, token: int) -> float:
-    """The layer's softmax probability of ``token`` (temperature 1): how sure it is."""
-    z = logits - logits.max()
-    e = np.exp(z)
-    return float(e[token] / e.sum())

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from localspec.drafters.base import Drafter, DrafterNeeds, check_fit
-from localspec.drafters.draft_model import GREEDY, pick_token
+from localspec.drafters.draft_model import GREEDY, pick_token, token_probability
 from localspec.errors import ConfigError, ModelError
 from localspec.types import Draft, Features
 
@@ -77,7 +77,7 @@ class MultiHeadDrafter(Drafter):
             logits, state = self.heads.stage(state, token, i)
             token = pick_token(logits, sampling, self.rng, self.vocab, q_rows)
             tokens.append(token)
-            confidence.append(float(np.exp(_log_softmax(logits)[token])))
+            confidence.append(token_probability(logits, token))
         return Draft.chain(tokens, np.stack(q_rows) if q_rows else None, confidence)
 
     def _tree(self, state, token: int, depth: int) -> Draft:
@@ -144,9 +144,7 @@ def read_state(folder: Path, names: Sequence[str], what: str) -> dict:
     code from the checkpoint)."""
     import torch
 
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise ModelError(f"{folder}: no such {what} folder")
+    folder = Path(folder)  # (config_json, read first, says when the folder is missing)
     for pattern in names:
         files = sorted(folder.glob(pattern))
         if not files:

@@ -25,7 +25,7 @@ from localspec.sampling import SamplingParams, Streams
 from localspec.speclen import AdaptiveK, FixedK, make_policy
 from localspec.stats import TurnStats
 from localspec.stopping import StopStrings
-from localspec.types import Draft, Features, ForwardOut, TokenEvent, Verdict, common_prefix
+from localspec.types import EMPTY_DRAFT, Draft, Features, ForwardOut, TokenEvent, Verdict, common_prefix
 from localspec.verify import verify_draft
 
 
@@ -85,12 +85,18 @@ def stream_generate(
             # the controller sizes a tree by depth, judging it by its main branch; side branches deeper than
             # the main one are cut too, so that what it measures per depth stays one kind of window
             # (verifying them whole measured 0.84-0.99x plain on cases where EAGLE is weak, cut 0.95-1.10x);
-            # a tree also needs a cache slot per node (cap bounds its depth, not its size)
-            draft = draft.cut(policy.trim(draft.main_chain(), drafting)).prefix(backend.n_ctx - len(context))
+            # a tree also needs a cache slot per node (cap bounds its depth, not its size), and is costed by
+            # its node count; a whole draft (lookahead) is verified whole or not at all
+            main = draft.main_chain()
+            depth = policy.trim(main, drafting, None if draft.is_chain else draft.sizes(len(main)))
+            draft = (draft if depth else EMPTY_DRAFT) if draft.whole else draft.cut(depth)
+            draft = draft.prefix(backend.n_ctx - len(context))
             # verify
             if margin and len(draft) and backend.max_rollback:  # a held first row cuts the whole window off,
                 backend.checkpoint()  # which a recurrent state's snapshots do not reach
             out = _forward(backend, context, draft, need_hidden)
+            if drafter.wants_outputs and len(draft):  # lookahead: the target's guess after every node
+                drafter.see_outputs(draft, out.logits.argmax(axis=1))
             verdict = verify_draft(draft, out.logits, sampling, streams.after(len(context) - len(prompt)), stats.rules)
             forced, gap = held, None
             if margin and len(draft):
@@ -121,6 +127,7 @@ def stream_generate(
                 drafting,
                 t2 - t1,
                 now - t0 - drafter.catchup_s,
+                len(draft) + 1,
             )
             stats.decode_s = now - started
             yield TokenEvent(tuple(emitted), text, from_draft, stats, finish, min(draft_chars, len(text)))

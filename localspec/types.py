@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,12 +24,15 @@ class Draft:
     and length, an n-gram match's length, a draft model's q of its token); the controller learns how often
     tokens of each confidence are accepted, so a long confident copy is verified whole and a weak guess is
     not. ``None``: the drafter says nothing (every token is judged by its position alone).
+    ``whole``: the tree is verified whole or not at all (a lookahead window, whose side branches pay in
+    later steps); the controller judges it by its main chain at the cost of all its tokens.
     """
 
     tokens: tuple[int, ...] = ()
     parents: tuple[int, ...] = ()
     q: np.ndarray | None = None
     confidence: tuple[float, ...] | None = None
+    whole: bool = False
 
     def __post_init__(self) -> None:
         if len(self.parents) != len(self.tokens):
@@ -85,7 +89,21 @@ class Draft:
             self.parents[:n],
             None if self.q is None else self.q[:n],
             None if self.confidence is None else self.confidence[:n],
+            self.whole,
         )
+
+    def sizes(self, top: int) -> list[int]:
+        """How many tokens are verified when the draft is cut at depth d, for d = 0..top (a whole draft:
+        all of them, or none)."""
+        if self.whole:
+            return [0] + [len(self)] * top
+        if self.is_chain:
+            return [min(d, len(self)) for d in range(top + 1)]
+        per_depth = [0] * (top + 1)
+        for d in self.depths():
+            if d <= top:
+                per_depth[d] += 1
+        return list(accumulate(per_depth))
 
     def main_chain(self) -> Draft:
         """The chain through every token's first child: the drafter's best guess in a tree."""

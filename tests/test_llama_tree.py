@@ -96,3 +96,20 @@ def test_greedy_tree_drafting_equals_plain_decoding(backend):
         )
         assert got.tokens == plain, seed
         assert got.stats.accepted > 0  # the right branches were taken, wherever they sat in the tree
+
+
+def test_greedy_lookahead_equals_plain_decoding(backend):
+    """Lookahead's trees (pool n-grams and the Jacobi window, ~20 tokens over several sequences) on the real
+    model: the same tokens as plain decoding, with the near-tie guard, and some of them from the drafts."""
+    from localspec.drafters.lookahead import LookaheadDrafter
+
+    context = prompt(backend)
+    backend.truncate(0)
+    plain = generate(backend, NoDrafter(), context, GREEDY, max_tokens=64).tokens
+    backend.truncate(0)
+    drafter = LookaheadDrafter(seed=0)
+    got = generate(
+        backend, drafter, context, GREEDY, max_tokens=64, draft_tokens=8, exact_guard=DEFAULT_MARGIN["llama.cpp"]
+    )
+    assert got.tokens == plain
+    assert got.stats.accepted > 0 and got.stats.drafter["window_steps"] > 0

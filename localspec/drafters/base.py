@@ -86,6 +86,7 @@ class Drafter:
     # feed a cached prompt token again to hand it the last one (on a recurrent target that cut can cost a
     # prefill of the whole conversation)
     keeps_rows = False
+    wants_outputs = False  # handed the target's argmax after every verified draft token (see_outputs)
 
     def use_sampling(self, sampling: SamplingParams) -> None:
         """Drafters with their own distributions q draw them with the target's sampler settings."""
@@ -111,6 +112,10 @@ class Drafter:
         """Seconds a proposal now would spend catching up on context before drafting (a draft model after
         steps without drafting); the controller weighs it before asking."""
         return 0.0
+
+    def see_outputs(self, draft: Draft, argmax) -> None:
+        """A drafter that ``wants_outputs``: the target's argmax after the pending token (row 0) and after
+        every token of the verified ``draft`` (row i + 1), before the verdict (lookahead's Jacobi step)."""
 
     def observe(self, verdict: Verdict) -> None:
         pass

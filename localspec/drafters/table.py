@@ -8,7 +8,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 
 from localspec.backends.base import Backend
-from localspec.drafters import dflash, draft_model, eagle, medusa, mlp_speculator, mtp, ngram, random, suffix
+from localspec.drafters import (
+    dflash,
+    draft_model,
+    eagle,
+    lookahead,
+    medusa,
+    mlp_speculator,
+    mtp,
+    ngram,
+    random,
+    suffix,
+)
 from localspec.drafters.base import Drafter, NoDrafter
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.context import DrafterContext
@@ -114,6 +125,13 @@ DRAFTERS: dict[str, DrafterKind] = {
             mlp_speculator.MlpOptions,
             mlp_speculator.build,
             "model",
+        ),
+        DrafterKind(
+            "lookahead",
+            "lookahead decoding: Jacobi iterations in a window and a pool of the n-grams they yield",
+            lookahead.LookaheadDrafter,
+            lookahead.LookaheadOptions,
+            lookahead.build,
         ),
         DrafterKind(
             "random",

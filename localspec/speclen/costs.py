@@ -15,6 +15,7 @@ the next start begins where this one ended.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 
 from localspec.speclen.acceptance import DECAY  # the draft line forgets at the acceptance estimates' rate
 
@@ -111,13 +112,18 @@ class CostModel:
     def draft_line(self) -> tuple[float, float]:
         return self.line.fit()
 
-    def step_times(self, top: int, draft_s: float | None) -> list[float]:
-        """Estimated seconds of a step verifying k = 0..top tokens (draft_s: drafting time already spent)."""
+    def step_times(self, top: int, draft_s: float | None, sizes: Sequence[int] | None = None) -> list[float]:
+        """Estimated seconds of a step verifying k = 0..top tokens (draft_s: drafting time already spent;
+        sizes[k]: the tokens verified at k, for a tree cut at depth k)."""
         curve, overhead = self.curve(), self._overhead or 0.0
+        if sizes is None:
+            verify = curve[1 : top + 2]
+        else:
+            verify = [curve[n + 1] if n + 1 < len(curve) else self.verify(n + 1) for n in sizes[: top + 1]]
         if draft_s is not None:
-            return [overhead + draft_s + c for c in curve[1 : top + 2]]
+            return [overhead + draft_s + c for c in verify]
         line = self.draft_line()
-        return [overhead + self.draft(k, line) + curve[k + 1] for k in range(top + 1)]
+        return [overhead + self.draft(k, line) + verify[k] for k in range(top + 1)]
 
     # -- timings ----------------------------------------------------------------------------------------
     def record(self, window: int, drafted: int, draft_s: float, verify_s: float, step_s: float) -> None:

@@ -78,13 +78,11 @@ class FixedK:
         """A chain at fixed K takes the copy whenever there is one, else asks the model (llama-server's rule)."""
         return 0 if len(copy) else cap
 
-    def trim(self, draft: Draft, draft_s: float) -> int:
+    def trim(self, draft: Draft, draft_s: float, sizes: Sequence[int] | None = None) -> int:
         return len(draft)
 
-    def record(
-        self, verified: int, accepted: int, emitted: Sequence[int], draft_s: float, verify_s: float, step_s: float
-    ) -> None:
-        pass
+    def record(self, *step) -> None:
+        """Nothing to learn (AdaptiveK.record's arguments)."""
 
     def reset_drafter(self) -> None:
         pass
@@ -240,11 +238,14 @@ class AdaptiveK:
         best = _argmax(rates)
         return rates[best], best
 
-    def _draft_rates(self, draft: Draft, draft_s: float) -> tuple[list[float], list[float], list[float]]:
+    def _draft_rates(
+        self, draft: Draft, draft_s: float, sizes: Sequence[int] | None = None
+    ) -> tuple[list[float], list[float], list[float]]:
         """E(k), T(k) and their ratio for verifying k = 0..len(draft) tokens of a proposal, by the current
-        member's acceptance of its tokens (draft_s: drafting time already spent)."""
+        member's acceptance of its tokens (draft_s: drafting time already spent; sizes[k]: the tokens a cut
+        at k verifies, for a tree judged by its main chain)."""
         expected = self.acceptance.expected_tokens(acceptance=self.acceptance.of_draft(draft))
-        times = self.cost.step_times(len(draft), draft_s)
+        times = self.cost.step_times(len(draft), draft_s, sizes)
         return expected, times, [e / t for e, t in zip(expected, times, strict=False)]
 
     def _probe(self, k: int, catchup_s: float) -> int:
@@ -260,8 +261,9 @@ class AdaptiveK:
         self._probing = True
         return k
 
-    def trim(self, draft: Draft, draft_s: float) -> int:
-        """How much of the proposal to verify, its drafting time already spent."""
+    def trim(self, draft: Draft, draft_s: float, sizes: Sequence[int] | None = None) -> int:
+        """How much of the proposal to verify, its drafting time already spent. ``draft`` is a chain (a
+        tree's main chain) and ``sizes[k]`` the tokens verified when it is cut at k (default k: a chain)."""
         draft = draft.prefix(self.max_k)
         self.acceptance.propose(draft)
         if not len(draft) or self._probing:
@@ -269,18 +271,19 @@ class AdaptiveK:
             return len(draft)
         if not self.cost.timed:
             return min(len(draft), FIRST_WINDOW)
-        expected, times, rates = self._draft_rates(draft, draft_s)
-        best = self._explore(expected, times, _argmax(rates))
+        expected, times, rates = self._draft_rates(draft, draft_s, sizes)
+        best = self._explore(expected, times, _argmax(rates), sizes)
         if best == 0:
             self.acceptance.shadow(draft)
         return best
 
-    def _explore(self, expected: list[float], times: list[float], best: int) -> int:
+    def _explore(self, expected: list[float], times: list[float], best: int, sizes: Sequence[int] | None) -> int:
         """The most promising length whose window was not measured yet, if what it is expected to lose
         against `best` fits the exploration budget; else `best`. Only lengths that could clearly beat `best`
         were their window as cheap as a single step are worth measuring (a useless drafter explores nothing)."""
         bar = EXPLORE_GAIN * expected[best] / times[best] * times[0]
-        untried = [k for k in range(1, len(expected)) if not self.cost.measured(k + 1) and expected[k] > bar]
+        window = (lambda k: k + 1) if sizes is None else (lambda k: sizes[k] + 1)
+        untried = [k for k in range(1, len(expected)) if not self.cost.measured(window(k)) and expected[k] > bar]
         if not untried:
             return best
         k = max(untried, key=lambda k: expected[k] / times[k])
@@ -293,15 +296,23 @@ class AdaptiveK:
         return k
 
     def record(
-        self, verified: int, accepted: int, emitted: Sequence[int], draft_s: float, verify_s: float, step_s: float
+        self,
+        verified: int,
+        accepted: int,
+        emitted: Sequence[int],
+        draft_s: float,
+        verify_s: float,
+        step_s: float,
+        window: int | None = None,
     ) -> None:
-        """The step's outcome: `verified` draft tokens went to the target, `accepted` of them passed,
-        `emitted` is what the step output; times in seconds. A position the exact guard held back counts
+        """The step's outcome: `verified` draft tokens went to the target (a tree: its depth), `accepted` of
+        them passed, `emitted` is what the step output; times in seconds; `window`: the positions the forward
+        took (default verified + 1: a chain). A position the exact guard held back counts
         as not accepted: the window yields nothing there, which is what the plan has to expect (counting
         only the positions it let through made a draft model look right 90% of the time where 3% of its
         tokens came through, and the controller drafted 64 at a time)."""
         self._chosen.append(verified)
-        self.cost.record(verified + 1, self._asked, draft_s, verify_s, step_s)
+        self.cost.record(window or verified + 1, self._asked, draft_s, verify_s, step_s)
         self._budget = min(EXPLORE_CAP_S, self._budget + EXPLORE_SHARE * step_s)
         self.acceptance.record(verified, accepted, emitted)
         if self._copy is not None:  # the model drafted: the copy's proposal is compared with the output

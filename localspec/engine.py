@@ -128,6 +128,7 @@ def stream_generate(
                 t2 - t1,
                 now - t0 - drafter.catchup_s,
                 len(draft) + 1,
+                not draft.is_chain,
             )
             stats.decode_s = now - started
             yield TokenEvent(tuple(emitted), text, from_draft, stats, finish, min(draft_chars, len(text)))

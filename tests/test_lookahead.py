@@ -120,8 +120,11 @@ def test_the_controller_verifies_a_whole_draft_whole_or_not_at_all():
     assert Draft((1, 2, 3, 4), (-1, 0, -1, 2)).sizes(2) == [0, 2, 4]
     assert policy.trim(main, 0.0, [0, 20, 20]) == 0  # its main chain cannot pay for the whole tree
     assert policy.trim(main, 0.0, [0, 3, 3]) == 2  # the same chain on a cheap tree: verified
-    policy.record(2, 2, [1, 2, 3], 0.0, 0.05, 0.05, window=9)  # a tree is costed by its tokens, not its depth
-    assert policy.cost.verify(9) == pytest.approx(0.05) and policy.cost.verify(3) != pytest.approx(0.05)
+    chain = policy.cost.verify(9)
+    policy.record(2, 2, [1, 2, 3], 0.0, 0.5, 0.5, window=9, tree=True)  # a tree of 9 tokens took 0.5 s
+    assert policy.cost.verify(9) == chain  # the chain curve is not a tree's
+    assert policy.cost.figures()["tree_cost_factor"] == pytest.approx(0.5 / chain, abs=0.01)
+    assert policy.trim(main, 0.0, [0, 3, 3]) == 0  # trees are dear on this machine: the same tree is not verified
 
 
 def test_auto_mode_on_a_machine_where_trees_are_dear_stays_near_plain(virtual_clock):

@@ -24,6 +24,7 @@ PRIOR_SLOPE = 0.5  # below the smallest measured window, each position costs hal
 MIN_SLOPE = 0.1  # past the largest measured window, each position costs at least this share of a step
 MEASURED = 2  # a window size timed this often counts as measured; below it, trying it is exploration
 CURVE_EVERY = 16  # timings between rebuilds of the interpolated cost curve
+TREE_RATIO = (0.5, 20.0)  # bounds of one timing's tree / chain cost ratio (a stray slow step is clipped)
 
 
 class CostModel:
@@ -39,6 +40,9 @@ class CostModel:
         self._loaded = 0  # window sizes whose cost came from an earlier session
         self._stale: set[int] = set()  # loaded sizes, until the first timing of this session rescales them
         self.line = DraftLine()  # the current drafter's cost of drafting
+        # a tree of n tokens over a chain of n: llama.cpp verifies a tree as several sequences and decodes an
+        # accepted side branch again, so the same tokens cost more as a tree (not persisted; None: untimed)
+        self._tree_factor: float | None = None
 
     def reset_drafter(self) -> None:
         """A new drafter: forget its draft cost (the machine's verify costs stay)."""
@@ -61,6 +65,10 @@ class CostModel:
     def measured(self, n: int) -> bool:
         """Whether window size n was timed often enough that trying it is no longer exploration."""
         return self._verify_n.get(n, 0) >= MEASURED
+
+    @property
+    def tree_timed(self) -> bool:
+        return self._tree_factor is not None
 
     @property
     def draft_unknown(self) -> bool:
@@ -119,21 +127,39 @@ class CostModel:
         if sizes is None:
             verify = curve[1 : top + 2]
         else:
-            verify = [curve[n + 1] if n + 1 < len(curve) else self.verify(n + 1) for n in sizes[: top + 1]]
+            tree = self._tree_factor or 1.0
+            verify = [
+                (curve[n + 1] if n + 1 < len(curve) else self.verify(n + 1)) * (tree if n else 1.0)
+                for n in sizes[: top + 1]
+            ]
         if draft_s is not None:
             return [overhead + draft_s + c for c in verify]
         line = self.draft_line()
         return [overhead + self.draft(k, line) + verify[k] for k in range(top + 1)]
 
     # -- timings ----------------------------------------------------------------------------------------
-    def record(self, window: int, drafted: int, draft_s: float, verify_s: float, step_s: float) -> None:
-        """A step's timings: a verify window of `window` positions, after asking the drafter for `drafted`
-        tokens (0: it was not run); seconds."""
-        self._time_window(window, verify_s)
+    def record(
+        self, window: int, drafted: int, draft_s: float, verify_s: float, step_s: float, tree: bool = False
+    ) -> None:
+        """A step's timings: a verify window of `window` positions (a tree of that many when `tree`), after
+        asking the drafter for `drafted` tokens (0: it was not run); seconds. A tree's timing teaches the tree
+        factor, never the chain curve."""
+        if tree:
+            self._time_tree(window, verify_s)
+        else:
+            self._time_window(window, verify_s)
         rest = max(0.0, step_s - draft_s - verify_s)
         self._overhead = rest if self._overhead is None else self._overhead + COST_EMA * (rest - self._overhead)
         if drafted:
             self.line.record(drafted, draft_s)
+
+    def _time_tree(self, n: int, seconds: float) -> None:
+        chain = self.verify(n)
+        if not chain:
+            return
+        ratio = min(max(seconds / chain, TREE_RATIO[0]), TREE_RATIO[1])
+        old = self._tree_factor
+        self._tree_factor = ratio if old is None else old + COST_EMA * (ratio - old)
 
     def _time_window(self, n: int, seconds: float) -> None:
         if n in self._stale:
@@ -188,6 +214,7 @@ class CostModel:
         return {
             "verify_ms": {n: round(s * 1e3, 2) for n, s in sorted(self._verify.items())},
             "costs_loaded": self._loaded,
+            "tree_cost_factor": None if self._tree_factor is None else round(self._tree_factor, 2),
         }
 
 

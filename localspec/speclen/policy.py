@@ -282,8 +282,7 @@ class AdaptiveK:
         against `best` fits the exploration budget; else `best`. Only lengths that could clearly beat `best`
         were their window as cheap as a single step are worth measuring (a useless drafter explores nothing)."""
         bar = EXPLORE_GAIN * expected[best] / times[best] * times[0]
-        window = (lambda k: k + 1) if sizes is None else (lambda k: sizes[k] + 1)
-        untried = [k for k in range(1, len(expected)) if not self.cost.measured(window(k)) and expected[k] > bar]
+        untried = [k for k in range(1, len(expected)) if not self._measured(k, sizes) and expected[k] > bar]
         if not untried:
             return best
         k = max(untried, key=lambda k: expected[k] / times[k])
@@ -295,6 +294,10 @@ class AdaptiveK:
         self._explore_spent += loss
         return k
 
+    def _measured(self, k: int, sizes: Sequence[int] | None) -> bool:
+        """Whether verifying k tokens of a proposal was timed (a tree: whether any tree was)."""
+        return self.cost.measured(k + 1) if sizes is None else self.cost.tree_timed
+
     def record(
         self,
         verified: int,
@@ -304,15 +307,16 @@ class AdaptiveK:
         verify_s: float,
         step_s: float,
         window: int | None = None,
+        tree: bool = False,
     ) -> None:
         """The step's outcome: `verified` draft tokens went to the target (a tree: its depth), `accepted` of
         them passed, `emitted` is what the step output; times in seconds; `window`: the positions the forward
-        took (default verified + 1: a chain). A position the exact guard held back counts
+        took (default verified + 1: a chain), `tree`: they were a tree. A position the exact guard held back counts
         as not accepted: the window yields nothing there, which is what the plan has to expect (counting
         only the positions it let through made a draft model look right 90% of the time where 3% of its
         tokens came through, and the controller drafted 64 at a time)."""
         self._chosen.append(verified)
-        self.cost.record(window or verified + 1, self._asked, draft_s, verify_s, step_s)
+        self.cost.record(window or verified + 1, self._asked, draft_s, verify_s, step_s, tree)
         self._budget = min(EXPLORE_CAP_S, self._budget + EXPLORE_SHARE * step_s)
         self.acceptance.record(verified, accepted, emitted)
         if self._copy is not None:  # the model drafted: the copy's proposal is compared with the output

@@ -97,3 +97,14 @@ def load_chat(chat_id: str | None = None) -> SavedChat:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"the saved chat {path} cannot be read ({exc!r}); it was left as it is") from exc
     return chat
+
+
+def saved_chats() -> list[SavedChat]:
+    """Every saved chat that can be read (an unreadable one is skipped and left as it is)."""
+    out = []
+    for path in sorted(chats_dir().glob("*.json")):
+        try:
+            out.append(load_chat(str(path)))
+        except ConfigError:
+            continue
+    return out

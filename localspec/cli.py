@@ -196,6 +196,23 @@ def build_parser() -> argparse.ArgumentParser:
         conv.add_argument("--out", "-o", required=True, help="the GGUF file to write")
         conv.add_argument("--type", default="f16", choices=("f16", "f32"), help="weight type of the matrices (f16)")
 
+    export = sub.add_parser(
+        "export",
+        help="print the command that serves MODEL with the same speculation on vLLM or SGLang (past one machine)",
+    )
+    export.add_argument("model", help="a name from models.toml (with a Hugging Face checkpoint)")
+    export.add_argument("--engine", required=True, choices=("vllm", "sglang"), help="the cluster engine")
+    export.add_argument(
+        "--drafter",
+        help="suffix, ngram, draft, eagle, mtp, dflash or none (default: the model's first that the engine has)",
+    )
+    export.add_argument(
+        "--draft-tokens",
+        "-k",
+        type=int,
+        help="K (default: what the controller settled on in your saved chats of this model and drafter)",
+    )
+
     conf = sub.add_parser(
         "config",
         parents=[common],
@@ -253,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "convert-dflash": commands.convert_dflash_command,
             "calibrate": commands.calibrate_command,
             "config": commands.config_command,
+            "export": commands.export_command,
             "serve": commands.serve_command,
         }[args.command](args)
     except LocalspecError as exc:

@@ -356,6 +356,18 @@ def convert_dflash_command(args) -> int:
     return 0
 
 
+def export_command(args) -> int:
+    from localspec.chat_store import saved_chats
+    from localspec.export import command, plan
+    from localspec.registry import load_registry
+
+    if args.draft_tokens is not None and args.draft_tokens < 1:
+        raise ConfigError(f"--draft-tokens must be at least 1, got {args.draft_tokens}")
+    chosen = plan(load_registry(), args.model, args.drafter, args.engine, args.draft_tokens, saved_chats())
+    print("\n".join(command(chosen)))
+    return 0
+
+
 def config_command(args) -> int:
     """Every setting a run with these flags would use, and where each comes from; loads no model."""
     rows = settings_from_args(args).rows

@@ -88,7 +88,7 @@ def stream_generate(
             # a tree also needs a cache slot per node (cap bounds its depth, not its size), and is costed by
             # its node count; a whole draft (lookahead) is verified whole or not at all
             main = draft.main_chain()
-            depth = policy.trim(main, drafting, None if draft.is_chain else draft.sizes(len(main)))
+            depth = policy.trim(main, drafting, None if draft.is_chain else draft.sizes(len(main)), draft.whole)
             draft = (draft if depth else EMPTY_DRAFT) if draft.whole else draft.cut(depth)
             draft = draft.prefix(backend.n_ctx - len(context))
             # verify
@@ -120,9 +120,10 @@ def stream_generate(
                 plain.record(len(context) - len(emitted), now - last_end - (t1 - tp))
             last_end = now
             stats.plain = plain.at(len(prompt) + stats.generated // 2)  # the turn's mean context length
+            judged = len(main) if draft.whole and len(draft) else max(draft.depths(), default=0)  # what trim saw
             policy.record(
-                max(draft.depths(), default=0),
-                verdict.accepted,
+                judged,
+                min(verdict.accepted, judged),
                 emitted,
                 drafting,
                 t2 - t1,
@@ -137,7 +138,7 @@ def stream_generate(
     finally:
         backend.truncate(len(context) - 1)  # restore the invariant, whatever happened mid-step
         drafter.end()
-        stats.drafter = drafter.figures()
+        stats.method, stats.drafter = drafter.name, drafter.figures()
         stats.speclen = policy.figures()
         if stats.generated:
             stats.decode_s = time.perf_counter() - started

@@ -45,6 +45,7 @@ class TurnStats:
     accepted_at: list[int] = field(default_factory=list)  # drafts whose position i was accepted
     draft_s: float = 0.0
     verify_s: float = 0.0  # target forward + verification
+    method: str = ""  # the drafter's name
     drafter: dict = field(default_factory=dict)  # the drafter's own figures
     speclen: dict = field(default_factory=dict)  # how K was chosen (fixed, or the controller's figures)
     plain: PlainSpeed | None = None  # in-session plain decoding near the current context length
@@ -162,6 +163,7 @@ class TurnStats:
             "draft_s": round(self.draft_s, 4),
             "verify_s": round(self.verify_s, 4),
             "other_s": round(self.other_s, 4),
+            "method": self.method,
             "drafter": dict(self.drafter),
             "speclen": dict(self.speclen),
             "acceptance_rules": self.rule_comparison(),

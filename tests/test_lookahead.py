@@ -160,3 +160,26 @@ def test_greedy_lookahead_on_a_tiny_torch_model_equals_plain():
     out = generate(backend, LookaheadDrafter(seed=0), prompt, GREEDY, max_tokens=60, draft_tokens=8)
     assert out.tokens == plain
     assert out.stats.accepted > 0 and out.stats.drafter["window_steps"] > 0
+
+
+def test_auto_mode_on_a_machine_where_windows_cost_one_step_verifies_the_trees(virtual_clock):
+    """The counterpart: a forward costs the same at any size (a GPU), so whole trees pay and are verified
+    (their depth beyond the main chain is learnt from), and the output is still plain's."""
+
+    class Flat(ScriptedTreeBackend):
+        def forward(self, tokens, return_hidden=False):
+            virtual_clock.advance(0.01)
+            return super().forward(tokens, return_hidden)
+
+        def forward_tree(self, tokens, parents, return_hidden=False):
+            virtual_clock.advance(0.01)
+            return super().forward_tree(tokens, parents, return_hidden)
+
+    backend = Flat(vocab_size=50, order=2, scale=3.0, seed=3)
+    prompt = [1, 2, 3, 4, 5]
+    plain = generate(backend, NoDrafter(), prompt, GREEDY, max_tokens=80).tokens
+    backend.truncate(0)
+    drafter = LookaheadDrafter(LookaheadOptions(window=4, ngram=3, guesses=3), seed=1)
+    out = generate(backend, drafter, prompt, GREEDY, max_tokens=80, draft_tokens="auto")
+    assert out.tokens == plain
+    assert out.stats.drafter["window_steps"] > 20 and out.stats.accepted > 0

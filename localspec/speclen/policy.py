@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from localspec.speclen.acceptance import AcceptanceEstimator
+from localspec.speclen.acceptance import DECAY, AcceptanceEstimator
 from localspec.speclen.costs import CostModel, DraftLine
 from localspec.types import Draft
 
@@ -51,6 +51,9 @@ EXPLORE_CAP_S = 1.0  # ...saved up to this many seconds
 EXPLORE_GAIN = 1.25  # and only on a length that would beat the best by this factor were its window one step
 PAYBACK_TOKENS = 64  # a costly drafter's catch-up must be won back within this many tokens
 PROBE_K = 2  # a probe of a costly drafter that does not pay (yet) drafts this many tokens
+# a whole draft (lookahead) is judged by the tokens its steps emitted, which its main chain does not show (the
+# window pays in later steps): starting from this many per step, worth this many steps
+WHOLE_PRIOR, WHOLE_WEIGHT = 2.0, 8.0
 
 
 class FixedK:
@@ -78,7 +81,7 @@ class FixedK:
         """A chain at fixed K takes the copy whenever there is one, else asks the model (llama-server's rule)."""
         return 0 if len(copy) else cap
 
-    def trim(self, draft: Draft, draft_s: float, sizes: Sequence[int] | None = None) -> int:
+    def trim(self, draft: Draft, draft_s: float, sizes: Sequence[int] | None = None, whole: bool = False) -> int:
         return len(draft)
 
     def record(self, *step) -> None:
@@ -125,6 +128,8 @@ class AdaptiveK:
         self._probing = False
         self._copy: Draft | None = None  # a chain's copy proposal this step, while the model drafts
         self._model_steps = 0  # steps a chain's model drafter drafted, this turn
+        self._whole = [WHOLE_PRIOR * WHOLE_WEIGHT, WHOLE_WEIGHT]  # decayed tokens and steps of whole drafts
+        self._whole_step = False  # this step verifies a whole draft
         self.begin_turn()
 
     def begin_turn(self, cost_per_token: float | None = 0.0) -> None:
@@ -261,11 +266,15 @@ class AdaptiveK:
         self._probing = True
         return k
 
-    def trim(self, draft: Draft, draft_s: float, sizes: Sequence[int] | None = None) -> int:
+    def trim(self, draft: Draft, draft_s: float, sizes: Sequence[int] | None = None, whole: bool = False) -> int:
         """How much of the proposal to verify, its drafting time already spent. ``draft`` is a chain (a
-        tree's main chain) and ``sizes[k]`` the tokens verified when it is cut at k (default k: a chain)."""
+        tree's main chain) and ``sizes[k]`` the tokens verified when it is cut at k (default k: a chain);
+        ``whole``: a tree verified whole or not at all (any k > 0 verifies all of it)."""
         draft = draft.prefix(self.max_k)
         self.acceptance.propose(draft)
+        self._whole_step = False
+        if whole and len(draft) and self.cost.timed and not self._probing:
+            return self._trim_whole(draft, draft_s, sizes)
         if not len(draft) or self._probing:
             self._probing = False
             return len(draft)
@@ -276,6 +285,17 @@ class AdaptiveK:
         if best == 0:
             self.acceptance.shadow(draft)
         return best
+
+    def _trim_whole(self, draft: Draft, draft_s: float, sizes: Sequence[int]) -> int:
+        """A whole draft: verified when the tokens such steps emit (the better of what its main chain
+        promises and what they emitted so far) beat plain decoding over the cost of all its tokens."""
+        expected, times, _ = self._draft_rates(draft, draft_s, sizes)
+        tokens, steps = self._whole
+        if max(expected[-1], tokens / steps) / times[-1] >= MARGIN / times[0]:
+            self._whole_step = True
+            return len(draft)
+        self.acceptance.shadow(draft)
+        return 0
 
     def _explore(self, expected: list[float], times: list[float], best: int, sizes: Sequence[int] | None) -> int:
         """The most promising length whose window was not measured yet, if what it is expected to lose
@@ -319,6 +339,9 @@ class AdaptiveK:
         self.cost.record(window or verified + 1, self._asked, draft_s, verify_s, step_s, tree)
         self._budget = min(EXPLORE_CAP_S, self._budget + EXPLORE_SHARE * step_s)
         self.acceptance.record(verified, accepted, emitted)
+        if self._whole_step:
+            self._whole = [DECAY * self._whole[0] + len(emitted), DECAY * self._whole[1] + 1]
+            self._whole_step = False
         if self._copy is not None:  # the model drafted: the copy's proposal is compared with the output
             copy = self._members[0].acceptance
             copy.propose(self._copy)

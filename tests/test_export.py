@@ -55,7 +55,7 @@ def test_vllm_gets_the_equivalent_method_with_k(model, drafter, method, draft):
 def test_sglang_gets_the_equivalent_algorithm(model, drafter, algorithm, draft):
     args = shlex.split(exported(model, drafter, "sglang", k=3)[-1])
     assert args[:4] == ["python", "-m", "sglang.launch_server", "--model-path"]
-    flags = dict(zip(args[4::2], args[5::2], strict=False))
+    flags = dict(zip(args[3::2], args[4::2], strict=False))
     assert flags["--speculative-algorithm"] == algorithm
     assert flags.get("--speculative-draft-model-path") == draft
     if algorithm == "NGRAM":

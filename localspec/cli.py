@@ -65,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--gpu-layers",
         type=int,
-        help="layers to offload with a CUDA/Metal/Vulkan build of llama.cpp (-1: all)",
+        help="layers to offload with a CUDA/Metal/Vulkan build of llama.cpp (-1: all; default: all on such a "
+        "build, none on a CPU build)",
     )
     g = common.add_argument_group("speculation")
     g.add_argument(

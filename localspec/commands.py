@@ -240,7 +240,9 @@ def bench_command(args) -> int:
         # out of (and untouched by) the benchmark
         peer, notes = None, []
         if binary:
-            peer, peer_types, notes = peer_config(binary, session, peer_types, settings.gpu_layers)
+            peer, peer_types, notes = peer_config(
+                binary, session, peer_types, getattr(session.backend, "_gpu_layers", 0)
+            )
             for note in notes:
                 print(f"localspec bench: {note}", file=sys.stderr)
         print(

@@ -37,7 +37,7 @@ class Settings:
     max_tokens: int = MAX_TOKENS
     ctx: int | None = None  # None: the model's trained context, as far as memory allows (the backend decides)
     threads: int | None = None  # None: the physical performance cores this process may use
-    gpu_layers: int = 0
+    gpu_layers: int | None = None  # None: all layers on a GPU build of llama.cpp, none on a CPU build
     exact_guard: bool = True
     stop: tuple[str, ...] = ()
     seed: int | None = None
@@ -137,7 +137,7 @@ def settings_from_args(args, registry: Registry | None = None) -> Settings:
         max_tokens=rows.pick("max_tokens", (flag("max_tokens"), "flag"), (MAX_TOKENS, "default")),
         ctx=rows.pick("ctx", (flag("ctx"), "flag"), (None, "default (trained, as memory allows)")),
         threads=rows.pick("threads", (flag("threads"), "flag"), (None, "default (physical cores)")),
-        gpu_layers=rows.pick("gpu_layers", (flag("gpu_layers"), "flag"), (0, "default")),
+        gpu_layers=rows.pick("gpu_layers", (flag("gpu_layers"), "flag"), (None, "default")),
         exact_guard=rows.pick("exact_guard", (False if flag("no_exact_guard") else None, "flag"), (True, "default")),
         stop=tuple(rows.pick("stop", (flag("stop") or None, "flag"), ((), "default"))),
         seed=rows.pick("seed", (flag("seed"), "flag"), (None, "default (random)")),

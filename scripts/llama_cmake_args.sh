@@ -6,8 +6,20 @@
 # without AMX and switch on, one by one, the x86 extensions /proc/cpuinfo says this CPU has. Extensions the
 # CPU lacks stay off, so the build never emits an instruction that would fault here.
 # Non-x86 or non-Linux machines get llama.cpp's own defaults (Metal on macOS, NEON on ARM).
-# Extra flags (e.g. -DGGML_CUDA=ON) can be appended through LOCALSPEC_CMAKE_EXTRA.
+# LOCALSPEC_GPU picks the GPU backend built beside the CPU one: cuda, metal, vulkan, or cpu (none); unset: metal
+# on macOS (llama.cpp's own default there), else cpu. Extra flags can be appended through LOCALSPEC_CMAKE_EXTRA.
 set -eu
+gpu="${LOCALSPEC_GPU:-}"
+if [ -z "$gpu" ]; then
+  if [ "$(uname -s)" = Darwin ]; then gpu=metal; else gpu=cpu; fi
+fi
+case "$gpu" in
+  cuda) gpu_args="-DGGML_CUDA=ON" ;;
+  metal) gpu_args="-DGGML_METAL=ON" ;;
+  vulkan) gpu_args="-DGGML_VULKAN=ON" ;;
+  cpu) if [ "$(uname -s)" = Darwin ]; then gpu_args="-DGGML_METAL=OFF"; else gpu_args=""; fi ;;
+  *) echo "llama_cmake_args.sh: GPU must be cuda, metal, vulkan or cpu, got '$gpu'" >&2; exit 2 ;;
+esac
 args=""
 if [ "$(uname -s)" = Linux ] && [ -r /proc/cpuinfo ] && grep -qw avx /proc/cpuinfo; then
   flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
@@ -25,4 +37,4 @@ if [ "$(uname -s)" = Linux ] && [ -r /proc/cpuinfo ] && grep -qw avx /proc/cpuin
   on avx512_vnni GGML_AVX512_VNNI
   on avx512_bf16 GGML_AVX512_BF16
 fi
-echo "$args ${LOCALSPEC_CMAKE_EXTRA:-}"
+echo "$args $gpu_args ${LOCALSPEC_CMAKE_EXTRA:-}"

@@ -121,7 +121,7 @@ class LlamaCppBackend(Backend):
         *,
         n_ctx: int | None = None,
         n_threads: int | None = None,
-        n_gpu_layers: int = 0,
+        n_gpu_layers: int | None = None,
         n_batch: int = 512,
         extra_buffers: bool | None = None,
         on_load: Callable[[float], None] | None = None,
@@ -265,7 +265,7 @@ class LlamaCppBackend(Backend):
 
     def _model_params(self, n_gpu_layers, vocab_only, extra_buffers, batch_invariant, on_load):
         mparams = self._lib.llama_model_default_params()
-        mparams.n_gpu_layers = self._gpu_layers = n_gpu_layers
+        mparams.n_gpu_layers = self._gpu_layers = gpu_layers(self._lib, n_gpu_layers)
         mparams.vocab_only = vocab_only
         if extra_buffers is not None:
             mparams.use_extra_bufts = extra_buffers
@@ -649,3 +649,14 @@ def _last_error() -> str:
     lines = [line for line in _LOG_LINES if line]
     errors = [line for line in lines if "error" in line.lower()] or [line for line in lines if "failed" in line.lower()]
     return (errors[-1] if errors else "no details in llama.cpp's log").strip()
+
+
+ALL_LAYERS = 999  # n_gpu_layers that offloads every layer (llama.cpp caps it at the model's count)
+
+
+def gpu_layers(lib, asked: int | None) -> int:
+    """The layers to offload: ``asked`` (--gpu-layers; negative: all), else all of them when this build of
+    llama.cpp can offload (CUDA, Metal, Vulkan), else none."""
+    if asked is None:
+        return ALL_LAYERS if lib.llama_supports_gpu_offload() else 0
+    return ALL_LAYERS if asked < 0 else asked

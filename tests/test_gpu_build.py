@@ -47,3 +47,20 @@ def test_gpu_layers_default_to_all_on_a_gpu_build_and_none_on_a_cpu_build():
     gpu, cpu = (SimpleNamespace(llama_supports_gpu_offload=lambda v=v: v) for v in (True, False))
     assert gpu_layers(gpu, None) == ALL_LAYERS and gpu_layers(cpu, None) == 0
     assert gpu_layers(gpu, 10) == 10 and gpu_layers(cpu, -1) == ALL_LAYERS and gpu_layers(gpu, 0) == 0
+
+
+def test_the_load_report_says_where_the_layers_went():
+    from fakes import ScriptedBackend
+
+    from localspec.drafters.base import NoDrafter
+    from localspec.sampling import SamplingParams
+    from localspec.session import Session
+
+    backend = ScriptedBackend()
+    backend.n_layers = 30
+    session = Session(backend, NoDrafter(), SamplingParams(temperature=0.8), "scripted", max_tokens=8)
+    assert "GPU" not in session.load_report()  # a CPU build, or another backend
+    backend._gpu_layers = ALL_LAYERS
+    assert "30 of 30 layers on the GPU" in session.load_report()
+    backend._gpu_layers = 12
+    assert "12 of 30 layers on the GPU" in session.load_report()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from localspec.drafters.ngram import NgramOptions
 from localspec.errors import ConfigError
-from localspec.registry import ModelEntry, Registry
+from localspec.registry import HEAD_DRAFTERS, ModelEntry, Registry
 
 ENGINES = ("vllm", "sglang")
 # K when no saved chat drafted with the method
@@ -34,7 +34,6 @@ METHODS = {
     "medusa": ("medusa", None),
     "mlp": ("mlp_speculator", None),
 }
-HEAD_OF = ("eagle", "dflash", "medusa", "mlp")  # drafters whose draft is a head models.toml names for torch
 
 
 @dataclass(frozen=True)
@@ -106,7 +105,7 @@ def _draft_repo(registry: Registry, entry: ModelEntry, member: str) -> str | Non
             if repo:
                 return repo
         raise ConfigError(f"{entry.name}: none of its draft models in models.toml has a Hugging Face checkpoint")
-    if member in HEAD_OF:
+    if member in HEAD_DRAFTERS:  # a head models.toml names per backend
         repo = entry.head(member, "torch")
         if not repo:
             raise ConfigError(

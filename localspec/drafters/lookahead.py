@@ -121,19 +121,20 @@ class LookaheadDrafter(Drafter):
 
     def begin(self, prompt: Sequence[int]) -> None:
         self.window.reset(prompt)
+        del self._indexed[common_prefix(self._indexed, prompt) :]  # a new turn may not continue the last one
         self._index(prompt)
         self._cells, self._moved = {}, None
         self._reset_figures()
 
     def _index(self, context: Sequence[int]) -> None:
-        """Pool the n-grams of the context that were not pooled yet (context option)."""
+        """Pool the n-grams of the context that were not pooled yet (context option); within a turn the
+        context only grows past what was indexed."""
         if not self.options.context:
             return
         n = self.options.ngram
-        start = max(common_prefix(self._indexed, context) - n + 1, 0)
-        for i in range(start, len(context) - n + 1):
+        for i in range(max(len(self._indexed) - n + 1, 0), len(context) - n + 1):
             self.pool.add(context[i : i + n])
-        self._indexed = list(context)
+        self._indexed.extend(context[len(self._indexed) :])
 
     def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
         self._index(context)

@@ -128,10 +128,7 @@ class CostModel:
             verify = curve[1 : top + 2]
         else:
             tree = self._tree_factor or 1.0
-            verify = [
-                (curve[n + 1] if n + 1 < len(curve) else self.verify(n + 1)) * (tree if n else 1.0)
-                for n in sizes[: top + 1]
-            ]
+            verify = [self.verify(n + 1) * (tree if n else 1.0) for n in sizes[: top + 1]]
         if draft_s is not None:
             return [overhead + draft_s + c for c in verify]
         line = self.draft_line()

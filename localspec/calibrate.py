@@ -16,7 +16,8 @@ import numpy as np
 
 from localspec.backends.base import Backend
 from localspec.cost_cache import KeyedCache
-from localspec.exact_guard import DEFAULT_MARGIN, top_gaps
+from localspec.exact_guard import DEFAULT_MARGIN
+from localspec.rows import top_gaps
 
 MIN_POSITIONS = 512
 WINDOWS = (2, 3, 5, 9, 17, 33, 65)  # verify windows (pending token + draft) the controller uses

@@ -241,7 +241,7 @@ def bench_command(args) -> int:
         peer, notes = None, []
         if binary:
             peer, peer_types, notes = peer_config(
-                binary, session, peer_types, getattr(session.backend, "_gpu_layers", 0)
+                binary, session, peer_types, getattr(session.backend, "offloaded_layers", 0)
             )
             for note in notes:
                 print(f"localspec bench: {note}", file=sys.stderr)

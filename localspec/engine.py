@@ -96,11 +96,11 @@ def stream_generate(
                 backend.checkpoint()  # which a recurrent state's snapshots do not reach
             out = _forward(backend, context, draft, need_hidden)
             if drafter.wants_outputs and len(draft):  # lookahead: the target's guess after every node
-                drafter.see_outputs(draft, out.logits.argmax(axis=1))
-            verdict = verify_draft(draft, out.logits, sampling, streams.after(len(context) - len(prompt)), stats.rules)
+                drafter.see_outputs(draft, out.rows.argmax())
+            verdict = verify_draft(draft, out.rows, sampling, streams.after(len(context) - len(prompt)), stats.rules)
             forced, gap = held, None
             if margin and len(draft):
-                verdict, gap = guard(verdict, out.logits, margin)
+                verdict, gap = guard(verdict, out.rows, margin)
             held = verdict.held
             # accept: the kept positions stay in the cache (and their features go to the drafter)
             features = _accept(backend, context, draft, out, verdict, need_hidden)

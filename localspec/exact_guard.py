@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from localspec.rows import Rows, as_rows
 from localspec.types import Verdict
 
 if TYPE_CHECKING:
@@ -41,20 +42,12 @@ def exact_mode(backend: Backend, sampling: SamplingParams, margin: float | None)
     return False, margin
 
 
-def top_gaps(rows: np.ndarray) -> np.ndarray:
-    """top-1 minus top-2 logit of each row."""
-    if rows.shape[1] < 2:
-        return np.full(rows.shape[0], np.inf)
-    top2 = np.partition(rows, -2, axis=1)[:, -2:]
-    return np.abs(top2[:, 1] - top2[:, 0])
-
-
-def guard(verdict: Verdict, logits: np.ndarray, margin: float) -> tuple[Verdict, float | None]:
+def guard(verdict: Verdict, logits: np.ndarray | Rows, margin: float) -> tuple[Verdict, float | None]:
     """The verdict cut before the first emitted token whose deciding window row is a near-tie, with that
     row's gap; (verdict, None) when no row is. The cut verdict is ``held``: it emits only accepted draft
     tokens, and the undecided position goes to a single-token step."""
     rows = [0, *(i + 1 for i in verdict.path)]  # the row that decided each emitted token
-    gaps = top_gaps(logits[rows])
+    gaps = as_rows(logits).top_gaps(rows)
     close = np.flatnonzero(gaps < margin)
     if not len(close):
         return verdict, None

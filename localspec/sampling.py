@@ -38,23 +38,23 @@ class SamplingParams:
     def distribution(self, logits_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The target distribution of one row of logits, sparse: (token ids, probabilities summing to 1).
         Only the surviving candidates are listed, so greedy decoding costs one argmax."""
-        return self._candidates(np.asarray(logits_row))
-
-    def probs(self, logits: np.ndarray) -> np.ndarray:
-        """Dense distributions, one row per row of ``logits`` (float64)."""
-        logits = np.atleast_2d(np.asarray(logits))
-        out = np.zeros(logits.shape, dtype=np.float64)
-        for z, p in zip(logits, out, strict=False):
-            ids, weights = self._candidates(z)
-            p[ids] = weights
-        return out
-
-    def _candidates(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        z = np.asarray(logits_row)
         if self.greedy:
             return np.array([int(np.argmax(z))]), np.ones(1)
         vocab = z.shape[0]
-        ids = np.argpartition(-z, self.top_k - 1)[: self.top_k] if 0 < self.top_k < vocab else np.arange(vocab)
-        cand = z[ids].astype(np.float64)
+        k = self.shortlist_size(vocab)
+        ids = np.sort(np.argpartition(-z, k - 1)[:k]) if k < vocab else np.arange(vocab)
+        return self.from_shortlist(ids, z[ids])
+
+    def shortlist_size(self, vocab: int) -> int:
+        """How many of a row's best logits can hold every candidate at T > 0: top-k's, else the vocabulary."""
+        return self.top_k if 0 < self.top_k < vocab else vocab
+
+    def from_shortlist(self, ids: np.ndarray, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``distribution`` of a row at T > 0 from a shortlist of its logits, in ascending id order, that
+        holds every candidate: the best ``shortlist_size`` of them, or any superset of min-p's survivors.
+        Where the shortlist is taken is the backend's affair (rows.py); what follows is the same for all."""
+        cand = np.asarray(logits).astype(np.float64)
         if self.min_p > 0:  # keep logits within log(min_p) of the best: p >= min_p * p_max
             keep = cand >= cand.max() + np.log(self.min_p)
             ids, cand = ids[keep], cand[keep]
@@ -66,6 +66,15 @@ class SamplingParams:
             keep = before < self.top_p
             ids, cand = ids[keep], cand[keep]
         return ids, _softmax(cand / self.temperature)
+
+    def probs(self, logits: np.ndarray) -> np.ndarray:
+        """Dense distributions, one row per row of ``logits`` (float64)."""
+        logits = np.atleast_2d(np.asarray(logits))
+        out = np.zeros(logits.shape, dtype=np.float64)
+        for z, p in zip(logits, out, strict=False):
+            ids, weights = self.distribution(z)
+            p[ids] = weights
+        return out
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:

@@ -214,9 +214,8 @@ class Session:
         draft = self.draft_model()
         if draft:
             text += f" + draft {draft}"
-        offloaded = getattr(self.backend, "_gpu_layers", 0)
-        if offloaded:  # llama.cpp caps the count at the model's layers (and puts the output layer there too)
-            text += f" · {min(offloaded, self.backend.n_layers)} of {self.backend.n_layers} layers on the GPU"
+        if self.backend.placement:
+            text += f" · {self.backend.placement}"
         about = self.drafter.describe()
         text += f" · drafter {self.drafter.name}{f' ({about})' if about else ''}, {self.speclen.label}"
         rollback = self.backend.max_rollback  # a recurrent state: drafts no longer than its snapshots reach

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from localspec.rows import Rows, as_rows
+
 if TYPE_CHECKING:
     from localspec.stats import TurnStats
 
@@ -140,12 +142,18 @@ class Verdict:
         return self.tokens[-1]
 
 
-@dataclass(frozen=True)
 class ForwardOut:
-    """Logits (float32, one row per token passed to forward) and optional hidden states."""
+    """Logits (float32, one row per token passed to forward) and optional hidden states. ``rows`` serves
+    the logits where the backend keeps them (localspec/rows.py); ``logits`` is the whole numpy array."""
 
-    logits: np.ndarray
-    hidden: np.ndarray | None = None
+    __slots__ = ("hidden", "rows")
+
+    def __init__(self, logits: np.ndarray | Rows, hidden: np.ndarray | None = None) -> None:
+        self.rows, self.hidden = as_rows(logits), hidden
+
+    @property
+    def logits(self) -> np.ndarray:
+        return self.rows.numpy()
 
 
 @dataclass(frozen=True)

@@ -19,18 +19,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from localspec.rows import Rows, as_rows
 from localspec.sampling import SamplingParams, Streams, sample
 from localspec.types import Draft, Verdict
 
 
 def verify_draft(
     draft: Draft,
-    target_logits: np.ndarray,
+    target_logits: np.ndarray | Rows,
     sampler: SamplingParams,
     rng: np.random.Generator | Streams,
     rules: list | None = None,
 ) -> Verdict:
-    """``target_logits`` has len(draft) + 1 rows: row 0 is the target's prediction after the pending token,
+    """``target_logits`` (a numpy array, or rows kept where the backend computed them: rows.py) has
+    len(draft) + 1 rows: row 0 is the target's prediction after the pending token,
     row i + 1 its prediction after draft token i (after the pending token and that token's ancestors).
 
     A chain is a tree whose tokens each have one child. At every node the children are tried in draft
@@ -46,8 +48,9 @@ def verify_draft(
     equal), sum p * q: the two rules compared on the same drafts.
 
     ``rng``: one generator for every draw, or ``Streams`` giving each depth of the walk its own."""
-    if target_logits.shape[0] != len(draft) + 1:
-        raise ValueError(f"need {len(draft) + 1} rows of target logits, got {target_logits.shape[0]}")
+    rows = as_rows(target_logits)
+    if len(rows) != len(draft) + 1:
+        raise ValueError(f"need {len(draft) + 1} rows of target logits, got {len(rows)}")
     children: dict[int, list[int]] = {}
     for i, parent in enumerate(draft.parents):
         children.setdefault(parent, []).append(i)
@@ -55,7 +58,7 @@ def verify_draft(
     path: list[int] = []
     node = -1
     while True:
-        ids, p = sampler.distribution(target_logits[node + 1])
+        ids, p = rows.candidates(node + 1, sampler)
         draws = rng.at(len(accepted)) if isinstance(rng, Streams) else rng
         kids = children.get(node, ())
         if draft.q is None:

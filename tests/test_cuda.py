@@ -65,3 +65,20 @@ def test_cuda_eagle_greedy_equals_plain_and_runs_in_bf16(tmp_path, tree):
         half, EagleDrafter(half, tmp_path / "head", tree_nodes=tree), PROMPT, GREEDY, max_tokens=60, draft_tokens=4
     )
     assert len(out.tokens) == 60 and out.stats.drafted > 0
+
+
+def test_cuda_rows_give_the_numpy_verifiers_verdicts():
+    """backends/torch_rows.py on the GPU: argmax, top-k and min-p's cut computed there, the same verdicts."""
+    from test_device_rows import SAMPLERS, random_case
+
+    from localspec.backends.torch_rows import TorchRows
+    from localspec.sampling import Streams
+    from localspec.verify import verify_draft
+
+    rng = np.random.default_rng(11)
+    for sampler in SAMPLERS:
+        for case in range(100):
+            draft, logits = random_case(rng, tree=case % 2 == 1, with_q=case % 3 == 2)
+            host = verify_draft(draft, logits, sampler, Streams(case))
+            rows = TorchRows(torch.from_numpy(logits).cuda())
+            assert verify_draft(draft, rows, sampler, Streams(case)) == host, (sampler, case)

@@ -10,7 +10,8 @@ from fakes import OracleDrafter, ScriptedBackend
 from localspec.calibrate import MarginCache, margin_for, measure
 from localspec.drafters.base import NoDrafter
 from localspec.engine import generate
-from localspec.exact_guard import DEFAULT_MARGIN, exact_mode, guard, top_gaps
+from localspec.exact_guard import DEFAULT_MARGIN, exact_mode, guard
+from localspec.rows import top_gaps
 from localspec.sampling import SamplingParams
 from localspec.types import Verdict
 

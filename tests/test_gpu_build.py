@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from localspec.backends.llama_cpp import ALL_LAYERS, gpu_layers
+from localspec.backends.llama_cpp import ALL_LAYERS, gpu_layers, gpu_placement
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,10 +57,39 @@ def test_the_load_report_says_where_the_layers_went():
     from localspec.session import Session
 
     backend = ScriptedBackend()
-    backend.n_layers = 30
     session = Session(backend, NoDrafter(), SamplingParams(temperature=0.8), "scripted", max_tokens=8)
     assert "GPU" not in session.load_report()  # a CPU build, or another backend
-    backend._gpu_layers = ALL_LAYERS
+    assert gpu_placement(0, 30) == ""
+    backend.placement = gpu_placement(ALL_LAYERS, 30)
     assert "30 of 30 layers on the GPU" in session.load_report()
-    backend._gpu_layers = 12
+    backend.placement = gpu_placement(12, 30)
     assert "12 of 30 layers on the GPU" in session.load_report()
+
+
+def test_macos_builds_metal_by_default_and_cpu_means_metal_off(tmp_path):
+    """A faked macOS: `uname -s` says Darwin (the script reads nothing else of the platform there)."""
+    fake = tmp_path / "uname"
+    fake.write_text("#!/bin/sh\necho Darwin\n")
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "LOCALSPEC_GPU"}
+    env["PATH"] = f"{tmp_path}:{env['PATH']}"
+    script = [str(ROOT / "scripts/llama_cmake_args.sh")]
+    default = subprocess.run(script, env=env, capture_output=True, text=True).stdout.split()
+    assert default == ["-DGGML_METAL=ON"]  # llama.cpp's own CPU defaults on macOS: no x86 flags
+    cpu = subprocess.run(script, env={**env, "LOCALSPEC_GPU": "cpu"}, capture_output=True, text=True).stdout.split()
+    assert cpu == ["-DGGML_METAL=OFF"]
+    linux = subprocess.run(script, env={**env, "PATH": os.environ["PATH"]}, capture_output=True, text=True).stdout
+    assert "METAL" not in linux
+
+
+def test_apple_silicon_is_macos_on_arm64(monkeypatch):
+    from localspec import hub
+
+    for system, machine, expected in (
+        ("darwin", "arm64", True),
+        ("darwin", "x86_64", False),
+        ("linux", "arm64", False),
+    ):
+        monkeypatch.setattr(hub.sys, "platform", system)
+        monkeypatch.setattr(hub.platform, "machine", lambda m=machine: m)
+        assert hub.on_apple_silicon() is expected

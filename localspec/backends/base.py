@@ -45,6 +45,7 @@ class Backend:
     chat_template: str | None = None
     model_name: str = ""
     max_rollback: int | None = None  # the most positions truncate may cut back at once (None: any)
+    placement: str = ""  # where the weights went, for the load report ("" when there is nothing to say)
 
     def __init__(self) -> None:
         self._tokens: list[int] = []

@@ -177,6 +177,7 @@ class LlamaCppBackend(Backend):
         self._setup_rollback(threads)
         self._mem = lib.llama_get_memory(self._ctx)
         self.n_layers, self.hidden_size = lib.llama_model_n_layer(self._model), lib.llama_model_n_embd(self._model)
+        self.placement = gpu_placement(self.offloaded_layers, self.n_layers)
         self.feature_layers: tuple[int, ...] = ()
         self._nextn_rows = False  # the rows handed out are the MTP layers' input (use_mtp_features)
         if self.metadata("general.architecture") in LAYER_INPUT_ARCHS:
@@ -265,7 +266,7 @@ class LlamaCppBackend(Backend):
 
     def _model_params(self, n_gpu_layers, vocab_only, extra_buffers, batch_invariant, on_load):
         mparams = self._lib.llama_model_default_params()
-        mparams.n_gpu_layers = self._gpu_layers = gpu_layers(self._lib, n_gpu_layers)
+        mparams.n_gpu_layers = self.offloaded_layers = gpu_layers(self._lib, n_gpu_layers)
         mparams.vocab_only = vocab_only
         if extra_buffers is not None:
             mparams.use_extra_bufts = extra_buffers
@@ -596,7 +597,7 @@ class LlamaCppBackend(Backend):
         info = lib.llama_print_system_info().decode(errors="replace")
         return (
             f"llama-cpp-python {getattr(lib, '__version__', '?')} [{info.strip()}] threads {self.n_threads} "
-            f"gpu_layers {self._gpu_layers} batch {self.n_batch} repack {'on' if self._repack else 'off'}"
+            f"gpu_layers {self.offloaded_layers} batch {self.n_batch} repack {'on' if self._repack else 'off'}"
         )
 
     def memory_bytes(self) -> int:
@@ -652,6 +653,12 @@ def _last_error() -> str:
 
 
 ALL_LAYERS = 999  # n_gpu_layers that offloads every layer (llama.cpp caps it at the model's count)
+
+
+def gpu_placement(offloaded: int, n_layers: int) -> str:
+    """The load report's line: llama.cpp caps the count at the model's layers (and puts the output layer
+    there too)."""
+    return f"{min(offloaded, n_layers)} of {n_layers} layers on the GPU" if offloaded else ""
 
 
 def gpu_layers(lib, asked: int | None) -> int:

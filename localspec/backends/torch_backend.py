@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from localspec.backends.base import Backend, Capabilities, ModelBackend
+from localspec.backends.torch_memory import fit_context
+from localspec.backends.torch_rows import TorchRows
 from localspec.cpus import default_threads
 from localspec.errors import ConfigError, ContextOverflow, ModelError
 from localspec.types import ForwardOut
@@ -77,9 +79,15 @@ class TorchBackend(ModelBackend):
         return self
 
     def _setup(self, n_ctx: int | None, hidden_layers: Sequence[int]) -> None:
+        cfg, params = self.model.cfg, list(self.model.parameters())
+        # what still has to go onto the device: the weights (unless built there) and the KV cache
+        moving = sum(p.numel() * p.element_size() for p in params if p.device != self.device)
+        kv_per_token = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * params[0].element_size()
+        asked = min(n_ctx or DEFAULT_CTX, cfg.max_positions)
+        name = self.path.name if self.path.name != "<memory>" else "the model"
+        self.n_ctx, note = fit_context(self.device, name, moving, kv_per_token, asked)
+        self.placement = f"{self.device} {str(self.dtype).removeprefix('torch.')}" + (f" · {note}" if note else "")
         self.model.to(self.device).eval()
-        cfg = self.model.cfg
-        self.n_ctx = min(n_ctx or DEFAULT_CTX, cfg.max_positions)
         self.model.allocate_cache(self.n_ctx)
         self.vocab_size = cfg.vocab_size
         self._take_tokenizer(self.tokenizer)
@@ -111,7 +119,7 @@ class TorchBackend(ModelBackend):
 
     def forward(self, tokens: Sequence[int], return_hidden: bool = False) -> ForwardOut:
         logits, hidden = self._run(tokens, logits=True, hidden=self.hidden_layers if return_hidden else ())
-        return ForwardOut(logits.cpu().numpy(), self._features(hidden) if return_hidden else None)
+        return ForwardOut(TorchRows(logits), self._features(hidden) if return_hidden else None)
 
     def forward_tree(self, tokens: Sequence[int], parents: Sequence[int], return_hidden: bool = False) -> ForwardOut:
         """Verify a tree in one pass: tokens[0] is the pending token, tokens[i + 1] a draft token whose parent
@@ -138,7 +146,7 @@ class TorchBackend(ModelBackend):
             mask=mask.to(self.device),
         )
         self._tree_start = start
-        return ForwardOut(logits.cpu().numpy(), self._features(hidden) if return_hidden else None)
+        return ForwardOut(TorchRows(logits), self._features(hidden) if return_hidden else None)
 
     def accept_path(self, path: Sequence[int]) -> None:
         """After ``forward_tree``: keep the pending token and the draft tokens ``path`` (a branch, root first),

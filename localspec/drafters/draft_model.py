@@ -112,7 +112,7 @@ class DraftModelDrafter(Drafter):
                 self.catchup_per_token += TIMING_EMA * (per_token - self.catchup_per_token)
             new = new[-1:]
         self._synced = len(context)
-        row = self.draft.forward(new).logits[-1]
+        row = self.draft.forward(new).rows.row(-1)
         self.draft.checkpoint()  # a recurrent draft model: its drafts are cut back to here next time
         tokens: list[int] = []
         rows: list[np.ndarray] = []
@@ -121,7 +121,7 @@ class DraftModelDrafter(Drafter):
             token = pick_token(row[: self.shared], sampling, self.rng, self.target_vocab, rows)
             tokens.append(token)
             if i + 1 < max_tokens:
-                row = self.draft.forward([token]).logits[-1]
+                row = self.draft.forward([token]).rows.row(-1)
         return Draft.chain(tokens, np.stack(rows) if rows else None)
 
     def observe(self, verdict: Verdict) -> None:

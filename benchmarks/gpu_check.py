@@ -13,7 +13,9 @@ depend on the weights' values). Measured:
 - EAGLE-3 drafting cost per step at K = 4, chains and trees of 8 nodes;
 - tests/test_cuda.py, run by pytest.
 
-CUDA graphs and compiled steps are not built, so every figure is eager (the JSON says so).
+Plain decoding and the verify curves are measured twice: with the ordinary eager step, and with the
+fixed-shape step captured as CUDA graphs (backends/torch_graphs.py; run eagerly where there is no CUDA).
+EAGLE-3's figures are eager: steps that hand out hidden states are not captured.
 
     python benchmarks/gpu_check.py OUT_DIR            # on a CUDA GPU, about 2-4 minutes on an H100/H200
     python benchmarks/gpu_check.py OUT_DIR --tiny     # tiny shapes on whatever device there is (CPU: make test)
@@ -106,7 +108,7 @@ def build_target(cfg: DecoderConfig, device, dtype, ctx: int) -> TorchBackend:
             model = Decoder(cfg)
     finally:
         torch.set_default_dtype(previous)
-    return TorchBackend.from_decoder(model, RandomTokens(cfg.vocab_size), n_ctx=ctx)
+    return TorchBackend.from_decoder(model, RandomTokens(cfg.vocab_size), n_ctx=ctx, steps="off")
 
 
 def copy_bandwidth(device) -> float:
@@ -253,23 +255,32 @@ def run_cuda_tests() -> dict:
 
 
 def table(report: dict) -> str:
-    plain, curve = report["plain"], report["verify"]
-    rows = [
-        f"device       {report['device']} ({report['dtype']}, {report['shape']}, graphs: {report['cuda_graphs']})",
-        f"plain        {plain['tok_s']:.1f} tok/s, {100 * report['bandwidth_share']:.0f}% of the bandwidth bound "
-        f"({report['bound_tok_s']:.1f} tok/s)",
-        f"overhead     {plain['overhead_ms_per_step']:.3f} ms per step "
-        f"(loop {plain['loop_ms_per_step']:.3f}, forward {plain['forward_ms_per_step']:.3f})",
-    ]
-    for k in (k for k in (2, 4, 8, 16, 32, 64) if k in curve["chain_x_step"]):
-        rows.append(
-            f"window k={k:<3}  chain {curve['chain_x_step'][k]:.2f}x a step, tree {curve['tree_x_step'][k]:.2f}x"
-        )
-    for name, fig in report.get("eagle3", {}).items():
-        rows.append(f"eagle3 {name:<6} {fig['draft_ms_per_step']:.2f} ms drafting per step at K=4")
+    rows = [f"device       {report['device']} ({report['dtype']}, {report['shape']}; {report['graphs_note']})"]
+    for mode, fig in report["modes"].items():
+        plain, curve = fig["plain"], fig["verify"]
+        rows += [
+            f"[{mode}]",
+            f"plain        {plain['tok_s']:.1f} tok/s, {100 * fig['bandwidth_share']:.0f}% of the bandwidth bound "
+            f"({report['bound_tok_s']:.1f} tok/s)",
+            f"overhead     {plain['overhead_ms_per_step']:.3f} ms per step "
+            f"(loop {plain['loop_ms_per_step']:.3f}, forward {plain['forward_ms_per_step']:.3f})",
+        ]
+        for k in (k for k in (2, 4, 8, 16, 32, 64) if k in curve["chain_x_step"]):
+            chain, tree = curve["chain_x_step"][k], curve["tree_x_step"][k]
+            rows.append(f"window k={k:<3}  chain {chain:.2f}x a step, tree {tree:.2f}x")
+    for name, fig in report["eagle3"].items():
+        rows.append(f"eagle3 {name:<6} {fig['draft_ms_per_step']:.2f} ms drafting per step at K=4 (eager)")
     tests = report["tests"]
     rows.append(f"test_cuda    {tests.get('summary', tests.get('why'))}")
     return "\n".join(rows)
+
+
+def measure(backend, prompt: list[int], run: dict, device, bound: float) -> dict:
+    plain = plain_decode(backend, prompt, run["tokens"], device)
+    backend.truncate(0)
+    backend.prefill(prompt)
+    verify = verify_curve(backend, prompt, run["ks"], run["repeats"], device)
+    return {"plain": plain, "verify": verify, "bandwidth_share": plain["tok_s"] / bound}
 
 
 def main(argv=None) -> int:
@@ -286,27 +297,31 @@ def main(argv=None) -> int:
     backend = build_target(cfg, device, dtype, run["ctx"])
     weights = sum(p.numel() * p.element_size() for p in backend.model.parameters())
     bandwidth = copy_bandwidth(device)
+    bound = bandwidth / weights
     prompt = [int(t) for t in np.random.default_rng(1).integers(cfg.vocab_size, size=run["prompt"])]
-    plain = plain_decode(backend, prompt, run["tokens"], device)
-    backend.truncate(0)
-    backend.prefill(prompt)
-    verify = verify_curve(backend, prompt, run["ks"], run["repeats"], device)
+    modes = {"eager": measure(backend, prompt, run, device, bound)}
+    # the fixed-shape step: captured as CUDA graphs on a GPU; elsewhere run eagerly, which exercises its code
+    backend.set_steps("graphs" if device.type == "cuda" else "eager")
+    if backend.steps is not None:
+        name = "graphs" if backend.steps.captured else "fixed-shape eager"
+        modes[name] = measure(backend, prompt, run, device, bound)
+    graphs_note = backend.placement.partition(" · ")[2] or "no CUDA graphs on this device"
+    capture_s = backend.steps.capture_s if backend.steps is not None and backend.steps.captured else None
+    backend.set_steps("off")
     head = args.out / "eagle3-head"
     write_eagle3_head(head, cfg, run["draft_vocab"], dtype)
     eagle = eagle_cost(backend, head, prompt, run["tokens"])
-    bound = bandwidth / weights
     report = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__,
         "dtype": str(dtype).removeprefix("torch."),
         "shape": "tiny" if args.tiny else "Llama-3.1-8B",
-        "cuda_graphs": "not built (eager)",
+        "graphs_note": graphs_note,
+        "capture_s": capture_s,
         "weights_gb": weights / 1e9,
         "copy_bandwidth_gb_s": bandwidth / 1e9,
         "bound_tok_s": bound,
-        "bandwidth_share": plain["tok_s"] / bound,
-        "plain": plain,
-        "verify": verify,
+        "modes": modes,
         "eagle3": eagle,
         "tests": {"ran": False, "why": "--no-tests"} if args.no_tests else run_cuda_tests(),
     }

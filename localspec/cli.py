@@ -68,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="layers to offload with a CUDA/Metal/Vulkan build of llama.cpp (-1: all; default: all on such a "
         "build, none on a CPU build)",
     )
+    g.add_argument(
+        "--no-cuda-graphs",
+        action="store_true",
+        help="torch backend on CUDA: run every step eagerly instead of replaying captured CUDA graphs",
+    )
     g = common.add_argument_group("speculation")
     g.add_argument(
         "--drafter",

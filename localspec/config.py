@@ -38,6 +38,7 @@ class Settings:
     ctx: int | None = None  # None: the model's trained context, as far as memory allows (the backend decides)
     threads: int | None = None  # None: the physical performance cores this process may use
     gpu_layers: int | None = None  # None: all layers on a GPU build of llama.cpp, none on a CPU build
+    cuda_graphs: bool = True  # the torch backend's steps captured as CUDA graphs on a GPU (torch_graphs.py)
     exact_guard: bool = True
     stop: tuple[str, ...] = ()
     seed: int | None = None
@@ -138,6 +139,7 @@ def settings_from_args(args, registry: Registry | None = None) -> Settings:
         ctx=rows.pick("ctx", (flag("ctx"), "flag"), (None, "default (trained, as memory allows)")),
         threads=rows.pick("threads", (flag("threads"), "flag"), (None, "default (physical cores)")),
         gpu_layers=rows.pick("gpu_layers", (flag("gpu_layers"), "flag"), (None, "default")),
+        cuda_graphs=rows.pick("cuda_graphs", (False if flag("no_cuda_graphs") else None, "flag"), (True, "default")),
         exact_guard=rows.pick("exact_guard", (False if flag("no_exact_guard") else None, "flag"), (True, "default")),
         stop=tuple(rows.pick("stop", (flag("stop") or None, "flag"), ((), "default"))),
         seed=rows.pick("seed", (flag("seed"), "flag"), (None, "default (random)")),

@@ -84,6 +84,7 @@ class Session:
             n_ctx=settings.ctx,
             n_threads=settings.threads,
             n_gpu_layers=settings.gpu_layers,
+            steps="auto" if settings.cuda_graphs else "off",
             on_load=on_load,
             batch_invariant=settings.exact_guard,
         )

@@ -82,3 +82,39 @@ def test_cuda_rows_give_the_numpy_verifiers_verdicts():
             host = verify_draft(draft, logits, sampler, Streams(case))
             rows = TorchRows(torch.from_numpy(logits).cuda())
             assert verify_draft(draft, rows, sampler, Streams(case)) == host, (sampler, case)
+
+
+def test_cuda_graphs_are_captured_and_replay_the_eager_steps_rows():
+    """torch_graphs.py on the GPU: eight window sizes captured, checked against the eager step at capture,
+    and greedy decoding with graphs equal to the ordinary step's in fp32."""
+    from fakes import ScriptedBackend
+    from test_eagle import DEEP, PROMPT
+    from test_torch_backend import GREEDY
+
+    from localspec.backends.torch_backend import TorchBackend
+    from localspec.backends.torch_decoder import Decoder
+    from localspec.backends.torch_graphs import BUCKETS
+    from localspec.drafters.base import NoDrafter
+    from localspec.drafters.ngram import NgramDrafter
+    from localspec.engine import generate
+
+    torch.manual_seed(0)
+    model = Decoder(DEEP)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(4.0)
+    tok = ScriptedBackend(vocab_size=DEEP.vocab_size)
+    ordinary = TorchBackend.from_decoder(model.to("cuda"), tok, n_ctx=256, steps="off")
+    twin = Decoder(DEEP).to("cuda")
+    twin.load_state_dict(model.state_dict())
+    graphs = TorchBackend.from_decoder(twin, tok, n_ctx=256, steps="graphs")
+    assert sorted(graphs.steps.graphs) == list(BUCKETS) and "CUDA graphs: 8 window sizes" in graphs.placement
+    for b in (ordinary, graphs):
+        b.prefill([5, 6, 7, 8])
+    window = [3, 10, 11, 12, 13]
+    a, g = ordinary.forward(window).logits, graphs.forward(window).logits
+    assert np.abs(a - g).max() < 1e-3 * np.abs(a).max() + 1e-3
+    for b in (ordinary, graphs):
+        b.truncate(0)
+    reference = generate(ordinary, NoDrafter(), PROMPT, GREEDY, max_tokens=60).tokens
+    assert generate(graphs, NgramDrafter(), PROMPT, GREEDY, max_tokens=60, draft_tokens=4).tokens == reference

@@ -9,6 +9,7 @@ BACKENDS = ("llama.cpp", "torch", "mlx")
 
 def load_backend(name: str, path: str, **options):
     """Load ``path`` with the backend called ``name``; options are the backend's own load options."""
+    steps = options.pop("steps", "auto")  # the torch backend's own
     if name == "llama.cpp":
         from localspec.backends.llama_cpp import LlamaCppBackend
 
@@ -18,7 +19,7 @@ def load_backend(name: str, path: str, **options):
 
         options.pop("n_gpu_layers", None)
         options.pop("on_load", None)
-        return TorchBackend(path, **options)
+        return TorchBackend(path, steps=steps, **options)
     if name == "mlx":
         from localspec.backends.mlx_backend import MlxBackend
 

@@ -20,6 +20,7 @@ from localspec.errors import ConfigError, ContextOverflow, ModelError
 from localspec.types import ForwardOut
 
 DEFAULT_CTX = 4096
+STEP_MODES = ("auto", "graphs", "eager", "off")
 
 
 def _torch():
@@ -43,6 +44,7 @@ class TorchBackend(ModelBackend):
         device: str | None = None,
         dtype: str | None = None,
         hidden_layers: Sequence[int] = (-1,),
+        steps: str = "auto",
         **_ignored,
     ) -> None:
         super().__init__()
@@ -65,20 +67,22 @@ class TorchBackend(ModelBackend):
 
             self.model = load_gguf(self.path, self.dtype)
             self.tokenizer = LlamaCppBackend(self.path, n_ctx=n_ctx or DEFAULT_CTX, vocab_only=True)
-        self._setup(n_ctx, hidden_layers)
+        self._setup(n_ctx, hidden_layers, steps)
 
     @classmethod
-    def from_decoder(cls, model, tokenizer: Backend, n_ctx: int = 512, hidden_layers: Sequence[int] = (-1,)):
+    def from_decoder(
+        cls, model, tokenizer: Backend, n_ctx: int = 512, hidden_layers: Sequence[int] = (-1,), steps: str = "auto"
+    ):
         """A backend around a Decoder built in memory (tests, tools) and any tokenizer backend."""
         self = cls.__new__(cls)
         Backend.__init__(self)
         self.path, self.model, self.tokenizer = Path("<memory>"), model, tokenizer
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
-        self._setup(n_ctx, hidden_layers)
+        self._setup(n_ctx, hidden_layers, steps)
         return self
 
-    def _setup(self, n_ctx: int | None, hidden_layers: Sequence[int]) -> None:
+    def _setup(self, n_ctx: int | None, hidden_layers: Sequence[int], steps: str = "auto") -> None:
         cfg, params = self.model.cfg, list(self.model.parameters())
         # what still has to go onto the device: the weights (unless built there) and the KV cache
         moving = sum(p.numel() * p.element_size() for p in params if p.device != self.device)
@@ -89,10 +93,33 @@ class TorchBackend(ModelBackend):
         self.placement = f"{self.device} {str(self.dtype).removeprefix('torch.')}" + (f" · {note}" if note else "")
         self.model.to(self.device).eval()
         self.model.allocate_cache(self.n_ctx)
+        self.set_steps(steps)
         self.vocab_size = cfg.vocab_size
         self._take_tokenizer(self.tokenizer)
         self.model_name = self.tokenizer.model_name
         self.set_feature_layers(hidden_layers)
+
+    def set_steps(self, mode: str) -> None:
+        """How logits-only steps run (torch_graphs.py). ``mode``: auto (CUDA graphs on a GPU, the ordinary step
+        elsewhere), graphs, eager (the fixed-shape step without capture: tests, comparisons) or off. The load
+        report says which, and the capture time."""
+        if mode not in STEP_MODES:
+            raise ConfigError(f"torch steps must be one of {', '.join(STEP_MODES)}, got {mode!r}")
+        cuda = self.device.type == "cuda"
+        self.steps = None
+        if mode == "off" or (mode == "auto" and not cuda):
+            return
+        if mode == "graphs" and not cuda:
+            raise ConfigError(f"CUDA graphs need a CUDA device, not {self.device}")
+        from localspec.backends.torch_graphs import StaticSteps
+
+        steps = StaticSteps(self.model, self.n_ctx, capture=mode != "eager")
+        if steps.captured:
+            self.placement += f" · CUDA graphs: {len(steps.graphs)} window sizes captured in {steps.capture_s:.1f} s"
+        elif mode != "eager":
+            self.placement += " · CUDA graphs off: a captured step differed from the eager one"
+            return
+        self.steps = steps
 
     def set_feature_layers(self, layers: Sequence[int]) -> None:
         """Which hidden states ``forward(return_hidden=True)`` and ``prefill_features`` return, concatenated
@@ -126,26 +153,17 @@ class TorchBackend(ModelBackend):
         is draft token parents[i] (-1: the pending token). Each sits at position pending + its depth and
         attends to the cache and its own ancestors; row i of the output follows token i. The cache then
         holds every node until ``accept_path`` keeps one branch."""
-        torch = _torch()
-        start, n = len(self._tokens), len(tokens)
+        n = len(tokens)
         up = [-1] + [p + 1 for p in parents]  # parents in tree rows (row 0: the pending token)
         depth = [0] * n
-        mask = torch.zeros(n, start + n, dtype=torch.bool)
-        mask[:, :start] = True
-        for i in range(n):
-            if i:
-                depth[i] = depth[up[i]] + 1
-                mask[i, start : start + i] = mask[up[i], start : start + i]
-            mask[i, start + i] = True
-        positions = torch.tensor([start + d for d in depth], device=self.device)
+        ancestors = np.eye(n, dtype=bool)  # row i sees window slot j: itself and its ancestors
+        for i in range(1, n):
+            depth[i] = depth[up[i]] + 1
+            ancestors[i, :i] = ancestors[up[i], :i]
+        self._tree_start = len(self._tokens)
         logits, hidden = self._run(
-            tokens,
-            logits=True,
-            hidden=self.hidden_layers if return_hidden else (),
-            positions=positions,
-            mask=mask.to(self.device),
+            tokens, logits=True, hidden=self.hidden_layers if return_hidden else (), tree=(depth, ancestors)
         )
-        self._tree_start = start
         return ForwardOut(TorchRows(logits), self._features(hidden) if return_hidden else None)
 
     def accept_path(self, path: Sequence[int]) -> None:
@@ -161,13 +179,26 @@ class TorchBackend(ModelBackend):
             self._tokens[start : start + len(path)] = tokens
         del self._tokens[start + len(path) :]
 
-    def _run(self, tokens: Sequence[int], logits: bool, hidden: Sequence[int] = (), positions=None, mask=None):
+    def _run(self, tokens: Sequence[int], logits: bool, hidden: Sequence[int] = (), tree=None):
+        """The model over ``tokens`` in the next cache slots: a causal chain, or a tree given as (each
+        token's depth, the [n, n] bool array of the window slots each row sees). Logits-only steps that fit
+        a bucket take the fixed-shape step (torch_graphs.py: a CUDA graph on a GPU)."""
         torch = _torch()
-        start = len(self._tokens)
-        if start + len(tokens) > self.n_ctx:
+        start, n = len(self._tokens), len(tokens)
+        if start + n > self.n_ctx:
             raise ContextOverflow(f"the context is full ({self.n_ctx} tokens); start a new chat or raise --ctx")
-        ids = torch.tensor(list(tokens), dtype=torch.long, device=self.device)
-        out = self.model(ids, start, logits=logits, hidden_layers=hidden, positions=positions, mask=mask)
+        depths, ancestors = tree if tree is not None else (None, None)
+        if self.steps is not None and logits and not hidden and self.steps.fits(n, start):
+            out = self.steps.run(tokens, start, depths, ancestors), {}
+        else:
+            positions = mask = None
+            if tree is not None:
+                positions = torch.tensor([start + d for d in depths], device=self.device)
+                mask = torch.ones(n, start + n, dtype=torch.bool)
+                mask[:, start:] = torch.from_numpy(ancestors)
+                mask = mask.to(self.device)
+            ids = torch.tensor(list(tokens), dtype=torch.long, device=self.device)
+            out = self.model(ids, start, logits=logits, hidden_layers=hidden, positions=positions, mask=mask)
         self._tokens.extend(int(t) for t in tokens)
         return out
 

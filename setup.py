@@ -1,4 +1,8 @@
-"""Only the compiled part of localspec lives here; everything else is in pyproject.toml."""
+"""Only the compiled part of localspec lives here; everything else is in pyproject.toml.
+
+The suffix trie's C extension is optional: where it cannot be compiled (no C compiler, as on many Windows
+and macOS machines), the install goes on without it and suffix decoding uses the pure-Python trie
+(localspec/drafters/suffix_trie_py.py: the same drafts, slower)."""
 
 from setuptools import Extension, setup
 
@@ -8,6 +12,7 @@ setup(
             "localspec.drafters._suffixtree",
             ["localspec/drafters/_suffixtree.c"],
             extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
+            optional=True,
         )
     ]
 )

@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT))
 import openai  # noqa: E402
 
 import localspec  # noqa: E402
-from localspec.fileio import cache_root  # noqa: E402
 from localspec.peer import LlamaServer, PeerError, find_llama_server, server_version  # noqa: E402
+from localspec.places import cache_root  # noqa: E402
 from localspec.registry import resolve_model  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "agent_loop"

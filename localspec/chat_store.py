@@ -14,7 +14,8 @@ from pathlib import Path
 
 from localspec.chat import Conversation
 from localspec.errors import ConfigError
-from localspec.fileio import atomic_write, data_dir
+from localspec.fileio import atomic_write
+from localspec.places import data_dir
 
 
 def chats_dir() -> Path:

@@ -16,7 +16,7 @@ from localspec.drafters.context import DrafterContext
 from localspec.drafters.table import DRAFTERS, DrafterSetup, chain_members, drafter_kind
 from localspec.errors import ConfigError, LocalspecError
 from localspec.options import from_table
-from localspec.registry import HEAD_DRAFTERS, USER_FILE, ModelEntry, Registry, load_registry, model_entry, resolve_model
+from localspec.registry import HEAD_DRAFTERS, ModelEntry, Registry, load_registry, model_entry, resolve_model
 from localspec.sampling import SamplingParams
 
 DEFAULT_DRAFTER = "suffix"  # when models.toml recommends none for the model
@@ -209,18 +209,23 @@ def _options_of(args, kind, entry: ModelEntry | None, models_toml: dict, find_mo
 def _environment_rows() -> list[tuple[str, object, str]]:
     """The files and folders localspec reads and writes, and the variables that move them."""
     from localspec.cost_cache import cache_disabled
-    from localspec.fileio import cache_root, data_dir
+    from localspec.drafters.suffix_tree import implementation
+    from localspec.places import place, user_models_file
 
     def source(*names: str) -> str:
         given = [n for n in names if os.environ.get(n)]
         return f"environment ({given[0]})" if given else "default"
 
-    models_file = Path(os.environ.get("LOCALSPEC_MODELS", USER_FILE))
+    models_file = user_models_file()
+    models_source = source("LOCALSPEC_MODELS") if os.environ.get("LOCALSPEC_MODELS") else place("config").source
+    data, cache = place("data"), place("cache")
+    trie = implementation()
     return [
-        ("models_file", models_file if models_file.is_file() else f"{models_file} (none)", source("LOCALSPEC_MODELS")),
-        ("data_dir", data_dir(), source("LOCALSPEC_DATA", "XDG_DATA_HOME")),
-        ("cache_dir", cache_root(), source("LOCALSPEC_CACHE", "XDG_CACHE_HOME")),
+        ("models_file", models_file if models_file.is_file() else f"{models_file} (none)", models_source),
+        ("data_dir", data.path, data.source),
+        ("cache_dir", cache.path, cache.source),
         ("cost_cache", "off" if cache_disabled() else "on", source("LOCALSPEC_NO_COST_CACHE")),
+        ("suffix_trie", trie, "compiled extension" if trie == "C" else "pure-Python fallback: no compiled extension"),
         ("hf_cache", _hf_cache(), source("HF_HUB_CACHE", "HF_HOME")),
     ]
 

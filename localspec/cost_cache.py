@@ -16,7 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-from localspec.fileio import atomic_write, cache_root
+from localspec.fileio import atomic_write
+from localspec.places import cache_root
 
 VERSION = 2  # 1 kept the curve under "costs"; such files are ignored, not reported as damaged
 

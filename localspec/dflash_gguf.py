@@ -32,7 +32,7 @@ from localspec.drafters.dflash_layout import (
 )
 from localspec.eagle_gguf import TYPES, copy_tokenizer, head_header, rope_factors, scalar
 from localspec.errors import ConfigError, ModelError
-from localspec.fileio import cache_root
+from localspec.places import cache_root
 
 _LAYER = {
     "input_layernorm": "attn_norm",

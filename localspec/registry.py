@@ -2,7 +2,7 @@
 is an error naming the file, the table and the key, because a silently ignored typo is worse than a stop.
 
 Layers, later ones replacing whole entries: the shipped file, the user's file ($LOCALSPEC_MODELS or
-~/.config/localspec/models.toml), and local files registered with `localspec pull FILE.gguf --name NAME`
+models.toml in the config folder, places.py), and local files registered with `localspec pull FILE.gguf --name NAME`
 (kept by localspec in $LOCALSPEC_DATA/local-models.toml).
 """
 
@@ -16,9 +16,9 @@ from importlib import resources
 from pathlib import Path
 
 from localspec.errors import ConfigError, ModelError
+from localspec.places import user_models_file
 
 BUILTIN = resources.files("localspec") / "models.toml"
-USER_FILE = Path("~/.config/localspec/models.toml").expanduser()
 BACKEND_TABLES = {"llama.cpp": "gguf", "mlx": "mlx", "torch": "torch"}
 
 _ENTRY_KEYS = {
@@ -110,7 +110,7 @@ class Registry:
 
 
 def local_file() -> Path:
-    from localspec.fileio import data_dir
+    from localspec.places import data_dir
 
     return data_dir() / "local-models.toml"
 
@@ -118,7 +118,7 @@ def local_file() -> Path:
 def load_registry(user_file: Path | None = None) -> Registry:
     """The shipped registry, with the user's file (if any) and local registrations layered on top."""
     default, models = _parse(BUILTIN.read_text(encoding="utf-8"), "the built-in models.toml")
-    user_file = user_file or Path(os.environ.get("LOCALSPEC_MODELS", USER_FILE))
+    user_file = user_file or user_models_file()
     for layer in (user_file, local_file()):
         if layer.is_file():
             layer_default, layer_models = _parse(layer.read_text(encoding="utf-8"), str(layer))

@@ -4,6 +4,8 @@ import inspect
 import json
 import multiprocessing
 import textwrap
+import threading
+import time
 import zlib
 
 import numpy as np
@@ -84,6 +86,15 @@ def reference_draft(seqs, ctx, depth, k, min_prob, factor, offset):
     return tuple(out), tuple(probs), m
 
 
+@pytest.fixture(params=["C", "Python"], autouse=False)
+def trie(request, monkeypatch):
+    """Every trie test runs on the compiled trie and on the pure-Python fallback (suffix_trie_py.py)."""
+    import localspec.drafters.suffix_tree as module
+
+    monkeypatch.setattr(module, "implementation", lambda: request.param)
+    return request.param
+
+
 def build_tree(seqs, depth):
     tree = SuffixTree(depth)
     for q in seqs[:-1]:
@@ -101,7 +112,7 @@ def check_against_reference(seqs, queries, depth, k, min_prob, factor=1.0, offse
 
 
 @pytest.mark.parametrize("seed", range(60))
-def test_random_sequences_match_brute_force(seed):
+def test_random_sequences_match_brute_force(seed, trie):
     rng = np.random.default_rng(seed)
     vocab = int(rng.integers(2, 6))
     depth = int(rng.choice([3, 4, 5, 7, 8, 9, 16]))
@@ -121,7 +132,7 @@ def test_random_sequences_match_brute_force(seed):
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_counts_are_exact_up_to_the_trie_depth(seed):
+def test_counts_are_exact_up_to_the_trie_depth(seed, trie):
     # the drafts' confidences and the re-match at depth D rest on these counts, depth D included
     rng = np.random.default_rng(100 + seed)
     depth = int(rng.choice([3, 5, 8, 16]))
@@ -133,7 +144,7 @@ def test_counts_are_exact_up_to_the_trie_depth(seed):
         assert tree.count(s) == len(occurrences(seqs, list(s))), s
 
 
-def test_periodic_text_drafts_past_the_trie_depth():
+def test_periodic_text_drafts_past_the_trie_depth(trie):
     # every string occurs many times, so each walk hits depth D at a node with counts >= 2 and re-matches
     rng = np.random.default_rng(3)
     unit = rng.integers(0, 50, size=11).tolist()
@@ -149,7 +160,7 @@ def test_periodic_text_drafts_past_the_trie_depth():
 @pytest.mark.parametrize(
     "depth, k, factor", [(8, 64, 8.0), (16, 64, 2.0), (64, 24, 1.0), (64, 63, 1.0), (64, 64, 2.0), (64, 100, 4.0)]
 )
-def test_real_text_matches_brute_force(depth, k, factor):
+def test_real_text_matches_brute_force(depth, k, factor, trie):
     # real structure without a model: UTF-8 bytes of standard-library source as tokens
     texts = [inspect.getsource(f).encode()[:500] for f in (textwrap.dedent, json.dumps, inspect.getdoc)]
     seqs = [list(t) for t in texts] + [list(texts[0][:300])]  # a partial repeat, like an edit in progress
@@ -157,7 +168,7 @@ def test_real_text_matches_brute_force(depth, k, factor):
     check_against_reference(seqs, queries, depth=depth, k=k, min_prob=0.1, factor=factor, offset=-2.0)
 
 
-def test_long_drafts_do_not_collapse():
+def test_long_drafts_do_not_collapse(trie):
     # a 64-token copy after a 63-token match: with the old cap (match <= depth - k) nothing was drafted at k >= 63
     text = list(range(100, 300))
     tree = SuffixTree(64)
@@ -167,7 +178,7 @@ def test_long_drafts_do_not_collapse():
         assert got.match_len == 63 and got.tokens == tuple(text[100 : 100 + k]), k
 
 
-def test_growing_the_open_sequence_token_by_token():
+def test_growing_the_open_sequence_token_by_token(trie):
     rng = np.random.default_rng(5)
     old = rng.integers(0, 3, size=40).tolist()
     tree = SuffixTree(7)
@@ -180,12 +191,53 @@ def test_growing_the_open_sequence_token_by_token():
         assert (got.tokens, got.probs, got.match_len) == reference_draft([old, current], current, 7, 6, 0.0, 2.0, 0.0)
 
 
-def test_no_draft_crosses_a_sequence_boundary():
+def test_no_draft_crosses_a_sequence_boundary(trie):
     tree = SuffixTree(8)
     tree.add_sequence([1, 2, 3])
     tree.add_sequence([4, 5])
     assert tree.draft([2, 3], 5).tokens == ()
     assert tree.draft([1, 2], 5).tokens == (3,)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_python_trie_builds_the_compiled_tries_nodes_and_drafts(seed):
+    # the fallback is the same data structure: the same node count, counts and drafts on larger corpora
+    rng = np.random.default_rng(700 + seed)
+    depth = int(rng.choice([8, 16, 64]))
+    unit = rng.integers(0, 40, size=int(rng.integers(5, 60))).tolist()
+    seqs = [(unit * 6)[: int(rng.integers(50, 300))] + rng.integers(0, 40, size=30).tolist() for _ in range(5)]
+    trees = [SuffixTree(depth, implementation=name) for name in ("C", "Python")]
+    for tree in trees:
+        for q in seqs:
+            tree.add_sequence(q)
+        tree.extend(unit[:7])
+    c, py = trees
+    assert (c.implementation, py.implementation) == ("C", "Python")
+    assert (py.n_nodes, py.n_tokens) == (c.n_nodes, c.n_tokens)
+    for q in seqs:
+        for i in rng.integers(0, len(q), size=10):
+            ctx = q[: i + 1]
+            for k, min_prob, factor, offset in ((64, 0.1, 4.0, 0.0), (16, 0.3, 1.0, 1.0), (200, 0.0, 8.0, -2.0)):
+                assert c.draft(ctx, k, min_prob, factor, offset) == py.draft(ctx, k, min_prob, factor, offset)
+            pattern = q[i : i + int(rng.integers(1, depth + 1))]
+            assert c.count(pattern) == py.count(pattern)
+
+
+def test_without_the_compiled_extension_suffix_decoding_uses_the_python_trie(monkeypatch):
+    import localspec.drafters.suffix_tree as module
+
+    def missing():
+        raise ImportError("no compiled _suffixtree")
+
+    prompt = [(i * 7) % 50 for i in range(120)]
+    answer = prompt[30:90]
+    compiled = simulate(SuffixDrafter(SuffixOptions(), None), [(prompt, answer)], k=8)
+    monkeypatch.setattr(module, "_lib", missing)
+    assert module.implementation() == "Python" and SuffixTree(8).implementation == "Python"
+    drafter = SuffixDrafter(SuffixOptions(), None)
+    fallback = simulate(drafter, [(prompt, answer)], k=8)
+    assert drafter.global_tree.implementation == drafter.local_tree.implementation == "Python"
+    assert fallback.accepted == compiled.accepted > 0 and fallback.steps == compiled.steps
 
 
 # -- the cache on disk ------------------------------------------------------------------------------
@@ -327,6 +379,34 @@ def test_concurrent_chats_neither_corrupt_nor_drop_answers(tmp_path):
         pool.map(_writer, [(path, w) for w in range(4)])
     answers = AnswerStore(path, "tok").answers.values()
     assert sorted((int(a[0]), int(a[1])) for a in answers) == [(w, i) for w in range(4) for i in range(15)]
+
+
+def _hold_lock(path, held):
+    with AnswerStore(path, "tok")._locked():
+        held.set()
+        time.sleep(60)
+
+
+def test_a_save_waits_while_another_process_holds_the_lock_and_goes_on_when_it_dies(tmp_path):
+    spawn = multiprocessing.get_context("spawn")  # how Windows and macOS start processes
+    held = spawn.Event()
+    holder = spawn.Process(target=_hold_lock, args=(tmp_path / "a.bin", held))
+    holder.start()
+    try:
+        assert held.wait(60)
+        store = AnswerStore(tmp_path / "a.bin", "tok")
+        store.add([1, 2, 3])
+        saver = threading.Thread(target=store.save)
+        saver.start()
+        saver.join(1.0)
+        assert saver.is_alive()  # the other process holds the lock
+        holder.kill()  # a crashed chat leaves no lock behind
+        saver.join(30)
+        assert not saver.is_alive()
+    finally:
+        holder.kill()
+        holder.join()
+    assert [a.tolist() for a in AnswerStore(tmp_path / "a.bin", "tok").answers.values()] == [[1, 2, 3]]
 
 
 # -- the drafter -------------------------------------------------------------------------------------

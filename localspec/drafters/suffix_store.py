@@ -16,7 +16,6 @@ Appends are flushed to the operating system, not fsynced: a power loss can lose 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import secrets
@@ -28,8 +27,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+from filelock import FileLock
 
-from localspec.fileio import PRIVATE, atomic_write, cache_root
+from localspec.fileio import PRIVATE, atomic_write
+from localspec.places import cache_root
 
 MAGIC = b"LOCALSPEC-SUFFIX-CACHE\n"
 VERSION = 2
@@ -113,13 +114,11 @@ class AnswerStore:
     # -- file format --------------------------------------------------------------------------------
     @contextmanager
     def _locked(self):
+        """An exclusive lock beside the file, held by one process at a time on Linux, macOS and Windows
+        (filelock: flock on POSIX, msvcrt.locking on Windows); released when the block ends or the process dies."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, PRIVATE)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with FileLock(self.path.with_suffix(".lock"), mode=PRIVATE):
             yield
-        finally:
-            os.close(fd)  # releases the lock
 
     def _append(self) -> None:
         with open(self.path, "r+b") as f:

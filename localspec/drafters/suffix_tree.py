@@ -66,48 +66,29 @@ class TreeDraft:
         return float(sum(self.probs))
 
 
-class SuffixTree:
-    """A depth-limited suffix trie with occurrence counts over token sequences."""
+class _CompiledTrie:
+    """The trie in _suffixtree.c through ctypes."""
 
-    def __init__(self, max_depth: int = 64, lib: ctypes.CDLL | None = None) -> None:
-        if max_depth < 2:
-            raise ValueError("max_depth must be at least 2")
-        self.max_depth = max_depth
-        self._lib = lib or _lib()
-        self._tree = self._lib.st_new(max_depth)
+    def __init__(self, max_depth: int, lib: ctypes.CDLL) -> None:
+        self._lib = lib
+        self._tree = lib.st_new(max_depth)
         if not self._tree:
             raise MemoryError("could not allocate a suffix tree")
         self._out_tokens = (ctypes.c_int32 * MAX_DRAFT)()
         self._out_probs = (ctypes.c_float * MAX_DRAFT)()
         self._match = ctypes.c_int32()
 
-    def extend(self, tokens: Iterable[int]) -> None:
-        """Append tokens to the open sequence."""
-        append, tree = self._lib.st_append, self._tree
-        for token in tokens:
-            if append(tree, int(token)):
-                raise MemoryError("suffix tree: out of memory")
-
-    def close_sequence(self) -> None:
-        """End the open sequence: no match or draft crosses this point."""
-        if self._lib.st_append(self._tree, SEP):
+    def append(self, token: int) -> None:
+        if self._lib.st_append(self._tree, token):
             raise MemoryError("suffix tree: out of memory")
 
-    def add_sequence(self, tokens: Iterable[int]) -> None:
-        self.extend(tokens)
-        self.close_sequence()
-
-    def draft(
-        self, context: Sequence[int], max_tokens: int, min_prob: float = 0.1, factor: float = 1.0, offset: float = 0.0
-    ) -> TreeDraft:
-        """A draft of up to ``max_tokens`` (at most MAX_DRAFT) after ``context``; the rule is st_draft's in
-        _suffixtree.c. Matches are at most max_depth - 1 tokens long, so only the context's tail is passed."""
-        tail = np.ascontiguousarray(context[-(self.max_depth - 1) :], dtype=np.int32)
+    def draft(self, tail, max_tokens: int, min_prob: float, factor: float, offset: float):
+        tail = np.ascontiguousarray(tail, dtype=np.int32)
         n = self._lib.st_draft(
             self._tree,
             tail.ctypes.data_as(_I32P),
             len(tail),
-            min(max_tokens, MAX_DRAFT),
+            max_tokens,
             min_prob,
             factor,
             offset,
@@ -115,21 +96,18 @@ class SuffixTree:
             self._out_probs,
             ctypes.byref(self._match),
         )
-        return TreeDraft(tuple(self._out_tokens[:n]), tuple(self._out_probs[:n]), self._match.value)
+        return tuple(self._out_tokens[:n]), tuple(self._out_probs[:n]), self._match.value
 
-    def count(self, pattern: Sequence[int]) -> int:
-        """Occurrences of ``pattern`` (at most max_depth tokens) as the trie counts them."""
-        if not 0 < len(pattern) <= self.max_depth:
-            raise ValueError(f"pattern length must be in 1..{self.max_depth}")
+    def count_of(self, pattern) -> int:
         pattern = np.ascontiguousarray(pattern, dtype=np.int32)
         return self._lib.st_count(self._tree, pattern.ctypes.data_as(_I32P), len(pattern))
 
     @property
-    def n_tokens(self) -> int:
+    def corpus_len(self) -> int:
         return self._lib.st_n_tokens(self._tree)
 
     @property
-    def n_nodes(self) -> int:
+    def node_count(self) -> int:
         return self._lib.st_n_nodes(self._tree)
 
     def memory_bytes(self) -> int:
@@ -143,3 +121,75 @@ class SuffixTree:
     def __del__(self) -> None:
         if getattr(self, "_tree", None):
             self.close()
+
+
+def implementation() -> str:
+    """Which trie SuffixTree uses by default: "C" (the compiled extension) or "Python" (the fallback)."""
+    try:
+        _lib()
+    except (ImportError, OSError):
+        return "Python"
+    return "C"
+
+
+class SuffixTree:
+    """A depth-limited suffix trie with occurrence counts over token sequences: the compiled one, or the
+    pure-Python fallback (suffix_trie_py.py, the same drafts) where the extension was not built.
+    ``implementation`` forces one ("C" or "Python"); ``lib`` is a compiled build to use (benchmarks)."""
+
+    def __init__(self, max_depth: int = 64, lib: ctypes.CDLL | None = None, implementation: str | None = None) -> None:
+        if max_depth < 2:
+            raise ValueError("max_depth must be at least 2")
+        self.max_depth = max_depth
+        self.implementation = "C" if lib is not None else implementation or globals()["implementation"]()
+        if self.implementation == "C":
+            self._trie = _CompiledTrie(max_depth, lib or _lib())
+        else:
+            from localspec.drafters.suffix_trie_py import PyTrie
+
+            self._trie = PyTrie(max_depth)
+
+    def extend(self, tokens: Iterable[int]) -> None:
+        """Append tokens to the open sequence."""
+        append = self._trie.append
+        for token in tokens:
+            append(int(token))
+
+    def close_sequence(self) -> None:
+        """End the open sequence: no match or draft crosses this point."""
+        self._trie.append(SEP)
+
+    def add_sequence(self, tokens: Iterable[int]) -> None:
+        self.extend(tokens)
+        self.close_sequence()
+
+    def draft(
+        self, context: Sequence[int], max_tokens: int, min_prob: float = 0.1, factor: float = 1.0, offset: float = 0.0
+    ) -> TreeDraft:
+        """A draft of up to ``max_tokens`` (at most MAX_DRAFT) after ``context``; the rule is st_draft's in
+        _suffixtree.c. Matches are at most max_depth - 1 tokens long, so only the context's tail is passed."""
+        tail = list(context[-(self.max_depth - 1) :])
+        tokens, probs, match = self._trie.draft(tail, min(max_tokens, MAX_DRAFT), min_prob, factor, offset)
+        return TreeDraft(tokens, probs, match)
+
+    def count(self, pattern: Sequence[int]) -> int:
+        """Occurrences of ``pattern`` (at most max_depth tokens) as the trie counts them."""
+        if not 0 < len(pattern) <= self.max_depth:
+            raise ValueError(f"pattern length must be in 1..{self.max_depth}")
+        return self._trie.count_of(list(pattern))
+
+    @property
+    def n_tokens(self) -> int:
+        return self._trie.corpus_len
+
+    @property
+    def n_nodes(self) -> int:
+        return self._trie.node_count
+
+    def memory_bytes(self) -> int:
+        return self._trie.memory_bytes()
+
+    def close(self) -> None:
+        close = getattr(self._trie, "close", None)
+        if close:
+            close()

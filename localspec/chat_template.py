@@ -28,7 +28,9 @@ def render_chat(
     bos_token: str = "",
     eos_token: str = "",
     tools=None,
+    options: dict | None = None,
 ) -> str:
+    """``options``: the template's own variables (``enable_thinking``), left undefined when not given."""
     import jinja2.exceptions
 
     try:
@@ -38,6 +40,7 @@ def render_chat(
             bos_token=bos_token,
             eos_token=eos_token,
             **({"tools": tools} if tools else {}),  # templates test `tools is defined` or `if tools`
+            **(options or {}),
         )
     except jinja2.exceptions.TemplateError as exc:
         raise ModelError(f"the model's chat template failed to render: {exc}") from exc

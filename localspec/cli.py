@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="torch backend on CUDA: run every step eagerly instead of replaying captured CUDA graphs",
     )
+    g.add_argument(
+        "--think",
+        action=argparse.BooleanOptionalAction,
+        help="reasoning models whose chat template has a thinking switch (enable_thinking: Qwen3, SmolLM3, "
+        "GLM-4.5, ...): think before answering, or not (default: the template's own choice)",
+    )
     g = common.add_argument_group("speculation")
     g.add_argument(
         "--drafter",

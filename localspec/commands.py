@@ -4,32 +4,52 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from localspec.chat import Conversation
 from localspec.chat_store import SavedChat, load_chat
 from localspec.config import Settings, settings_from_args
 from localspec.errors import ConfigError, LocalspecError
+from localspec.reasoning import ANSWER, REASONING, ReasoningSplitter
 from localspec.session import Session
 from localspec.stats import TurnStats
 
 
-def _stream(session: Session, conversation: Conversation, out) -> tuple[str, TurnStats, str]:
-    """Print the answer as it streams; returns (text, stats, finish reason)."""
-    parts, stats, finish = [], None, "interrupted"
+@dataclass
+class Answered:
+    text: str  # the answer
+    reasoning: str  # a reasoning model's thinking before it (reasoning.py), "" for others
+    stats: TurnStats
+    finish: str
+
+
+def _stream(session: Session, conversation: Conversation, out, thoughts=None) -> Answered:
+    """Print the answer to ``out`` as it streams, a reasoning model's thinking to ``thoughts``."""
+    splitter = ReasoningSplitter(session.reasoning)
+    parts: dict[str, list[str]] = {REASONING: [], ANSWER: []}
+    stats, finish = None, "interrupted"
+
+    def show(pieces) -> None:
+        for kind, text in pieces:
+            if kind == ANSWER and parts[REASONING] and not parts[ANSWER] and thoughts is not None:
+                thoughts.write("\n")  # the thinking ends on a line of its own
+            parts[kind].append(text)
+            stream = out if kind == ANSWER else thoughts
+            if stream is not None:
+                stream.write(text)
+                stream.flush()
+
     events = session.answer(conversation)
     try:
         for event in events:
-            parts.append(event.text)
+            show(splitter.feed(event.text))
             stats = event.stats
-            if out is not None and event.text:
-                out.write(event.text)
-                out.flush()
             finish = event.finish_reason or finish
     except KeyboardInterrupt:
         events.close()  # the engine rolls its cache back; what was said so far is kept
-    return "".join(parts), stats or TurnStats(), finish
+    show(splitter.finish())
+    return Answered("".join(parts[ANSWER]), "".join(parts[REASONING]), stats or TurnStats(), finish)
 
 
 def run_command(args) -> int:
@@ -39,7 +59,7 @@ def run_command(args) -> int:
     with Session.open(settings_from_args(args)) as session:
         if not args.json:
             print(f"loaded {session.load_report()}", file=sys.stderr)
-        text, stats, finish = _stream(session, conversation, None if args.json else sys.stdout)
+        answered = _stream(session, conversation, *((None, None) if args.json else (sys.stdout, sys.stderr)))
         if args.json:
             print(
                 json.dumps(
@@ -47,17 +67,18 @@ def run_command(args) -> int:
                         "model": session.model_name,
                         "drafter": session.drafter.name,
                         "model_memory_mb": round(session.backend.memory_bytes() / 2**20, 1),
-                        "text": text,
-                        "finish_reason": finish,
-                        "stats": stats.to_dict(),
+                        "text": answered.text,
+                        **({"reasoning": answered.reasoning} if session.reasoning or answered.reasoning else {}),
+                        "finish_reason": answered.finish,
+                        "stats": answered.stats.to_dict(),
                     },
                     ensure_ascii=False,
                 )
             )
         else:
             print()
-            print(f"[{session.drafter.name}] {stats.summary()}", file=sys.stderr)
-    return 130 if finish == "interrupted" else 0
+            print(f"[{session.drafter.name}] {answered.stats.summary()}", file=sys.stderr)
+    return 130 if answered.finish == "interrupted" else 0
 
 
 def chat_command(args) -> int:
@@ -114,19 +135,19 @@ def plain_chat(settings: Settings, chat: SavedChat) -> int:
             chat.add("user", line.rstrip("\n"))
             dropped = conversation.dropped
             try:
-                text, stats, finish = _stream(session, conversation, sys.stdout)
+                answered = _stream(session, conversation, sys.stdout, sys.stderr)
             except LocalspecError as exc:  # e.g. a message longer than the context: say so, keep chatting
                 conversation.messages.pop()
                 chat.stats.pop()
                 print(f"localspec: error: {exc}", file=sys.stderr)
                 continue
-            chat.add("assistant", text, stats.to_dict())
+            chat.add("assistant", answered.text, answered.stats.to_dict(), reasoning=answered.reasoning)
             _save_quietly(chat)
             if conversation.dropped > dropped:
                 print(f"\n(left the {conversation.dropped} oldest messages out to fit the context)", file=sys.stderr)
-            note = " (interrupted)" if finish == "interrupted" else ""
+            note = " (interrupted)" if answered.finish == "interrupted" else ""
             print()
-            print(f"[{session.drafter.name}] {stats.summary()}{note}", file=sys.stderr, flush=True)
+            print(f"[{session.drafter.name}] {answered.stats.summary()}{note}", file=sys.stderr, flush=True)
     return 0
 
 

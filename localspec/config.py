@@ -40,6 +40,7 @@ class Settings:
     gpu_layers: int | None = None  # None: all layers on a GPU build of llama.cpp, none on a CPU build
     cuda_graphs: bool = True  # the torch backend's steps captured as CUDA graphs on a GPU (torch_graphs.py)
     exact_guard: bool = True
+    think: bool | None = None  # a reasoning model's thinking switch (enable_thinking); None: the template's default
     stop: tuple[str, ...] = ()
     seed: int | None = None
     system: str | None = None
@@ -141,6 +142,7 @@ def settings_from_args(args, registry: Registry | None = None) -> Settings:
         gpu_layers=rows.pick("gpu_layers", (flag("gpu_layers"), "flag"), (None, "default")),
         cuda_graphs=rows.pick("cuda_graphs", (False if flag("no_cuda_graphs") else None, "flag"), (True, "default")),
         exact_guard=rows.pick("exact_guard", (False if flag("no_exact_guard") else None, "flag"), (True, "default")),
+        think=rows.pick("think", (flag("think"), "flag"), (None, "default (the chat template's)")),
         stop=tuple(rows.pick("stop", (flag("stop") or None, "flag"), ((), "default"))),
         seed=rows.pick("seed", (flag("seed"), "flag"), (None, "default (random)")),
         system=rows.pick("system", (flag("system"), "flag"), (None, "default (none)")),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -16,11 +17,26 @@ from localspec.cost_cache import CostCache, cache_disabled
 from localspec.drafters.base import Drafter
 from localspec.drafters.table import DRAFTERS, DrafterSetup
 from localspec.engine import stream_generate
+from localspec.errors import ConfigError
 from localspec.exact_guard import exact_mode
 from localspec.prompt_states import PromptStates
+from localspec.reasoning import SWITCH, ReasoningFormat, reasoning_format
 from localspec.sampling import SamplingParams
 from localspec.speclen import AdaptiveK, FixedK, make_policy
 from localspec.types import TokenEvent
+
+
+def thinking_options(backend: Backend, model: str, think: bool | None) -> dict:
+    """The chat template variables for --think/--no-think, or a ConfigError for a template without the switch."""
+    if think is None:
+        return {}
+    if SWITCH not in (backend.chat_template or ""):
+        flag = "--think" if think else "--no-think"
+        raise ConfigError(
+            f"{flag}: {model}'s chat template has no thinking switch ({SWITCH}); it applies to reasoning models "
+            "whose template has one (Qwen3, SmolLM3, GLM-4.5, ...). Leave the flag out for this model"
+        )
+    return {SWITCH: think}
 
 
 def drafter_summaries() -> list[tuple[str, str]]:
@@ -74,6 +90,7 @@ class Session:
     exact_guard_source: str = ""  # 'calibrated' or 'default'
     kernels_invariant: bool = False  # the kernels the cost curve in `costs` was measured with
     states: PromptStates | None = None  # conversation states kept in RAM (the server's), else one live cache
+    template_options: dict = field(default_factory=dict)  # the chat template's own variables (enable_thinking)
 
     @classmethod
     def open(cls, settings: Settings, on_load=None) -> Session:
@@ -89,6 +106,7 @@ class Session:
             batch_invariant=settings.exact_guard,
         )
         try:
+            options = thinking_options(backend, settings.model, settings.think)
             drafter = settings.drafters.build(settings.drafter, backend)
         except BaseException:
             backend.close()
@@ -103,6 +121,7 @@ class Session:
             settings.stop,
             np.random.default_rng(settings.seed),
             settings.drafters,
+            template_options=options,
         )
         if settings.exact_guard:
             from localspec.calibrate import margin_for
@@ -148,7 +167,7 @@ class Session:
     def answer(self, conversation: Conversation, on_prefill: Progress = None) -> Iterator[TokenEvent]:
         """Stream the assistant's answer to the conversation's last user message. The caller adds the
         answer to the conversation (so an interrupted answer can be kept, too)."""
-        prompt = conversation.prompt_tokens(self.backend, reserve=self.max_tokens)
+        prompt = conversation.prompt_tokens(self.backend, reserve=self.max_tokens, options=self.template_options)
         return self.complete(prompt, Request(), on_prefill)
 
     def complete(self, prompt: list[int], request: Request, on_prefill: Progress = None) -> Iterator[TokenEvent]:
@@ -193,7 +212,13 @@ class Session:
         return self.backend.chat_template
 
     def chat_text(self, messages: list[dict], tools: list[dict] | None = None) -> str:
-        return self.backend.chat_text(messages, tools=tools)
+        return self.backend.chat_text(messages, tools=tools, options=self.template_options)
+
+    @cached_property
+    def reasoning(self) -> ReasoningFormat | None:
+        """The markers this model's reasoning comes between (reasoning.py), None for a model without them."""
+        hello = [{"role": "user", "content": "Hello"}]
+        return reasoning_format(self.chat_template, lambda: self.chat_text(hello))
 
     def template_tokens(self, text: str) -> list[int]:
         return self.backend.template_tokens(text)
@@ -296,7 +321,7 @@ class Session:
     def prompt_tokens(self, messages: list[dict], reserve: int) -> list[int]:
         conversation = Conversation()
         conversation.messages = [dict(m) for m in messages]
-        return conversation.prompt_tokens(self.backend, reserve=reserve)
+        return conversation.prompt_tokens(self.backend, reserve=reserve, options=self.template_options)
 
     def set_draft_tokens(self, value) -> None:
         """A fixed K or 'auto'. Switching to 'auto' keeps no acceptance evidence, only the cost curve."""

@@ -47,7 +47,7 @@ class ScriptedBackend(Backend):
     def token_bytes(self, token: int) -> bytes:
         return b"" if token in self.eog_tokens else chr(ord("a") + token).encode()
 
-    def chat_tokens(self, messages, add_generation_prompt: bool = True) -> list[int]:
+    def chat_tokens(self, messages, add_generation_prompt: bool = True, options=None) -> list[int]:
         return [t for m in messages for t in self.tokenize(m["content"])]
 
     def truncate(self, keep: int) -> None:

@@ -83,9 +83,11 @@ class Backend:
     def detokenizer(self) -> StreamDetokenizer:
         return StreamDetokenizer(self.token_bytes)
 
-    def chat_text(self, messages: Sequence[dict], add_generation_prompt: bool = True, tools=None) -> str:
+    def chat_text(
+        self, messages: Sequence[dict], add_generation_prompt: bool = True, tools=None, options: dict | None = None
+    ) -> str:
         """The conversation (and the tools offered, for templates that render them) in the model's own chat
-        template."""
+        template, with the template's own ``options`` (``enable_thinking``)."""
         bos = self.token_text(self.bos_token) if self.bos_token is not None else ""
         eos = self.token_text(self.eos_token) if self.eos_token is not None else ""
         return render_chat(
@@ -95,11 +97,14 @@ class Backend:
             bos_token=bos,
             eos_token=eos,
             tools=tools,
+            options=options,
         )
 
-    def chat_tokens(self, messages: Sequence[dict], add_generation_prompt: bool = True) -> list[int]:
+    def chat_tokens(
+        self, messages: Sequence[dict], add_generation_prompt: bool = True, options: dict | None = None
+    ) -> list[int]:
         """The conversation rendered with the model's own chat template, as token ids."""
-        return self.template_tokens(self.chat_text(messages, add_generation_prompt))
+        return self.template_tokens(self.chat_text(messages, add_generation_prompt, options=options))
 
     def template_tokens(self, text: str) -> list[int]:
         """Rendered template text as token ids (its special tokens are tokens, not text)."""

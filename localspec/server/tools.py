@@ -2,8 +2,9 @@
 
 Two answer formats: "hermes" (Qwen2.5/Qwen3/ChatML: `<tool_call>{"name", "arguments"}</tool_call>` blocks) and
 "llama3" (Llama 3.1+: the whole answer is `{"name", "parameters"}` JSON, maybe after `<|python_tag|>`). A leading
-`<think>...</think>` is reasoning. parse_answer reads a whole answer; AnswerSplitter reads it as it streams and gives
-the same content, reasoning and calls however the text is chopped. Stdlib only: no engine imports.
+`<think>...</think>` (or the template's own markers) is reasoning. parse_answer reads a whole answer;
+AnswerSplitter reads it as it streams and gives the same content, reasoning and calls however the text is
+chopped. Stdlib only: no engine imports.
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ def template_renders_tools(template: str | None) -> bool:
     return bool(template and _USES_TOOLS.search(template))
 
 
-def opens_think(prompt: str) -> bool:
+def opens_think(prompt: str, start: str = THINK) -> bool:
     """Whether the rendered prompt already opened the reasoning (then pass in_think=True)."""
-    return prompt.rstrip().endswith(THINK)
+    return prompt.rstrip().endswith(start)
 
 
 def check_tools(tools, tool_choice) -> None:
@@ -199,12 +200,14 @@ def _llama_calls(text: str) -> list[ToolCall]:
 
 
 def parse_answer(
-    text: str, fmt: str, tools: bool, think: bool = True, in_think: bool = False
+    text: str, fmt: str, tools: bool, think: bool = True, in_think: bool = False, markers=(THINK, END_THINK)
 ) -> tuple[str | None, str, list[ToolCall]]:
-    """(reasoning or None, content, calls) of a whole answer; in_think: the prompt opened <think> already."""
+    """(reasoning or None, content, calls) of a whole answer; in_think: the prompt opened the reasoning already;
+    markers: the reasoning's start and end (the template's, localspec/reasoning.py)."""
+    start, end = markers
     reasoning, rest, calls = "", text, []
-    if think and (in_think or text.lstrip().startswith(THINK)):
-        reasoning, _, rest = (text if in_think else text.lstrip()[len(THINK) :]).partition(END_THINK)
+    if think and (in_think or text.lstrip().startswith(start)):
+        reasoning, _, rest = (text if in_think else text.lstrip()[len(start) :]).partition(end)
     if tools and fmt == "llama3":
         calls = _llama_calls(rest)
         rest = "" if calls else rest
@@ -240,8 +243,9 @@ class AnswerSplitter:
     llama3 answer opening with `{` or <|python_tag|> waits for finish(). Content and reasoning come without their
     surrounding whitespace (inner whitespace waits for the next text), so they add up to parse_answer's."""
 
-    def __init__(self, fmt: str, tools: bool, think: bool = True, in_think: bool = False):
+    def __init__(self, fmt: str, tools: bool, think: bool = True, in_think: bool = False, markers=(THINK, END_THINK)):
         self.hermes, self.llama = tools and fmt != "llama3", tools and fmt == "llama3"
+        self.start_tag, self.end_tag = markers
         self.think, self.state, self.buf = think, "think" if think and in_think else "start", ""
         self.calls: list[ToolCall] = []
         self._out: list[dict] = []
@@ -281,17 +285,18 @@ class AnswerSplitter:
                 self.buf, self.state = self.buf[i + len(END_CALL) :], "text"
             return i >= 0
         if self.state == "think":
-            return self._until("reasoning_content", END_THINK, "start")
+            return self._until("reasoning_content", self.end_tag, "start")
         return self.state == "text" and self._until("content", CALL if self.hermes else "", "call")
 
     def _start(self) -> bool:
         head = self.buf.lstrip()
-        if self.think and head.startswith(THINK):
-            self.buf, self.state = head[len(THINK) :], "think"
+        if self.think and head.startswith(self.start_tag):
+            self.buf, self.state = head[len(self.start_tag) :], "think"
         elif (self.llama and head.startswith(("{", PYTHON_TAG))) or (self.hermes and head.startswith(FENCE)):
             self.buf, self.state = head, "hold"
         elif not head or any(
-            tag.startswith(head) for tag in [THINK] * self.think + [PYTHON_TAG] * self.llama + [FENCE] * self.hermes
+            tag.startswith(head)
+            for tag in [self.start_tag] * self.think + [PYTHON_TAG] * self.llama + [FENCE] * self.hermes
         ):
             return False
         else:

@@ -26,6 +26,7 @@ from textual.widgets import Markdown, Static, TextArea
 
 from localspec.chat_store import SavedChat
 from localspec.errors import LocalspecError
+from localspec.reasoning import ANSWER, ReasoningSplitter
 from localspec.session import Session
 from localspec.stats import TurnView
 from localspec.tui.panels import StatsPanel, StatusBar, process_memory_mb
@@ -66,11 +67,12 @@ class Progress(Message):
 
 
 class Delta(Message):
-    """New answer text since the last Delta, split into (text, from an accepted draft) pieces."""
+    """New answer text since the last Delta, split into (text, from an accepted draft) pieces, and new
+    reasoning text (a reasoning model's thinking before its answer)."""
 
-    def __init__(self, pieces: list[tuple[str, bool]], stats: TurnView) -> None:
+    def __init__(self, pieces: list[tuple[str, bool]], stats: TurnView, reasoning: str = "") -> None:
         super().__init__()
-        self.pieces, self.stats = pieces, stats
+        self.pieces, self.stats, self.reasoning = pieces, stats, reasoning
 
 
 class TurnDone(Message):
@@ -91,6 +93,22 @@ class Failed(Message):
     def __init__(self, error: str) -> None:
         super().__init__()
         self.error = error
+
+
+def _split_event(split: list[tuple[str, str]], event, pieces: list[tuple[str, bool]], thinking: list[str]) -> None:
+    """A step's text, split by the reasoning splitter, into answer pieces (with the characters that came
+    from accepted drafts marked, where the answer is the step's text unchanged) and reasoning text."""
+    if event is not None and split == [(ANSWER, event.text)]:
+        if event.draft_chars:
+            pieces.append((event.text[: event.draft_chars], True))
+        if event.text[event.draft_chars :]:
+            pieces.append((event.text[event.draft_chars :], False))
+        return
+    for kind, text in split:
+        if kind == ANSWER:
+            pieces.append((text, False))
+        else:
+            thinking.append(text)
 
 
 # -- widgets --------------------------------------------------------------------------------------------
@@ -137,9 +155,12 @@ class Turn(Vertical):
     followed by the newest text as plain text until then: redrawing Markdown on every update cost most of
     the UI's share of decode time. The colour view marks the text that came from accepted drafts."""
 
-    def __init__(self, role: str, text: str = "") -> None:
+    def __init__(self, role: str, text: str = "", reasoning: str = "", show_reasoning: bool = False) -> None:
         super().__init__(classes=f"turn {role}")
         self.role, self.text = role, text
+        self.reasoning, self.show_reasoning = reasoning, show_reasoning
+        self.thought_head = Static("", classes="thought-head", markup=False)
+        self.thought = Static("", classes="thought", markup=False)
         self.pieces: list[tuple[str, bool]] = [(text, False)] if text else []
         self.markdown = Markdown(text)
         self.live = Static("", classes="live")
@@ -152,11 +173,34 @@ class Turn(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("you" if self.role == "user" else "assistant", classes="who")
+        yield self.thought_head
+        yield self.thought
         yield self.markdown
         yield self.live
 
     def on_mount(self) -> None:
         self._show()
+        self._show_reasoning()
+
+    def _show_reasoning(self) -> None:
+        """A reasoning model's thinking, folded to one line unless shown (F3)."""
+        self.thought_head.display = bool(self.reasoning)
+        self.thought.display = bool(self.reasoning) and self.show_reasoning
+        if not self.reasoning:
+            return
+        if self._streaming and not self.text:
+            head = "thinking…"
+        else:
+            head = f"reasoning, {self.reasoning.count(chr(10)) + 1} lines"
+        self.thought_head.update(
+            f"{'▾' if self.show_reasoning else '▸'} {head} · F3 {'hides' if self.show_reasoning else 'shows'} it"
+        )
+        if self.show_reasoning:
+            self.thought.update(Text(self.reasoning))
+
+    def set_show_reasoning(self, on: bool) -> None:
+        self.show_reasoning = on
+        self._show_reasoning()
 
     def _show(self) -> None:
         self.markdown.display = not self.colours
@@ -178,12 +222,16 @@ class Turn(Vertical):
             self._rows = rows
             self.live.styles.height = rows or "auto"
 
-    async def append(self, pieces: list[tuple[str, bool]]) -> None:
+    async def append(self, pieces: list[tuple[str, bool]], reasoning: str = "") -> None:
+        answer_starts = bool(self.reasoning or reasoning) and not self.text and bool(pieces)
+        self.reasoning += reasoning
         chunk = "".join(p for p, _ in pieces)
         self.text += chunk
         self.pieces.extend(pieces)
         self._tail += chunk
         self._streaming = True
+        if reasoning or answer_starts:
+            self._show_reasoning()
         if time.perf_counter() - self._md_at >= MARKDOWN_S:
             await self._catch_up()
         self._show()
@@ -204,6 +252,7 @@ class Turn(Vertical):
         self._streaming = False
         self._reserve(0)
         self._show()
+        self._show_reasoning()
 
     def coloured_text(self) -> Text:
         t = Text()
@@ -230,6 +279,8 @@ class ChatApp(App):
     .user .who { color: $accent; }
     .turn Markdown { margin: 0; padding: 0; }
     .note { color: $text-muted; height: auto; margin-bottom: 1; }
+    .thought-head { color: $text-muted; text-style: italic; }
+    .thought { color: $text-muted; height: auto; border-left: solid $primary-darken-2; padding-left: 1; }
     .error { color: $error; height: auto; margin-bottom: 1; }
     ChatInput { height: 4; border: tall $primary-darken-2; }
     StatusBar { height: 1; background: $primary-darken-3; color: $text; }
@@ -238,6 +289,7 @@ class ChatApp(App):
         Binding("escape", "stop", "stop answer", show=False),
         Binding("ctrl+c", "stop", "stop answer", show=False, priority=True),
         Binding("f2", "toggle_colours", "colour drafted tokens", show=False),
+        Binding("f3", "toggle_reasoning", "show reasoning", show=False),
         Binding("ctrl+q", "quit", "quit", show=False, priority=True),
     ]
 
@@ -258,6 +310,7 @@ class ChatApp(App):
         self.current: Turn | None = None
         self.last_stats: TurnView | None = None
         self.colours = False
+        self.show_reasoning = False
         self._stop = threading.Event()
         self._stats_at = 0.0
         self.generating = False
@@ -274,7 +327,7 @@ class ChatApp(App):
     async def on_mount(self) -> None:
         conversation = self.query_one("#conversation")
         for message in self.chat.conversation.messages:  # a resumed chat
-            await conversation.mount(Turn(message["role"], message["content"]))
+            await conversation.mount(Turn(message["role"], message["content"], message.get("reasoning", "")))
         self.query_one(StatsPanel).show(None, self.history)
         self.query_one(StatusBar).update(" loading the model…")
         self.query_one(ChatInput).focus()
@@ -314,6 +367,8 @@ class ChatApp(App):
     def _answer(self) -> None:
         session, stats, finish = self.session, None, "interrupted"
         pieces: list[tuple[str, bool]] = []
+        thinking: list[str] = []
+        splitter = ReasoningSplitter(session.reasoning)
         last = time.perf_counter()
         events_ = None
         try:
@@ -322,16 +377,13 @@ class ChatApp(App):
                 on_prefill=lambda done, total: self.post_message(Progress(f"reading the prompt {done}/{total}")),
             )
             for event in events_:
-                if event.draft_chars:
-                    pieces.append((event.text[: event.draft_chars], True))
-                if event.text[event.draft_chars :]:
-                    pieces.append((event.text[event.draft_chars :], False))
+                _split_event(splitter.feed(event.text), event, pieces, thinking)
                 stats = event.stats  # the turn's live counters; a frozen view of them is what is posted
                 finish = event.finish_reason or finish
                 now = time.perf_counter()
-                if pieces and now - last >= UPDATE_S:
-                    self.post_message(Delta(pieces, stats.view()))
-                    pieces, last = [], now
+                if (pieces or thinking) and now - last >= UPDATE_S:
+                    self.post_message(Delta(pieces, stats.view(), "".join(thinking)))
+                    pieces, thinking, last = [], [], now
                 if self._stop.is_set():
                     break
         except LocalspecError as exc:
@@ -341,8 +393,9 @@ class ChatApp(App):
             if events_ is not None:
                 events_.close()  # rolls the cache back if we left early, and completes the stats
         final = stats.view() if stats else None
-        if pieces:
-            self.post_message(Delta(pieces, final))
+        _split_event(splitter.finish(), None, pieces, thinking)
+        if pieces or thinking:
+            self.post_message(Delta(pieces, final, "".join(thinking)))
         self.post_message(TurnDone(final, "interrupted" if self._stop.is_set() else finish))
 
     # -- messages --------------------------------------------------------------------------------------
@@ -381,7 +434,7 @@ class ChatApp(App):
         self.chat.add("user", message.text)
         self._save()
         await self.query_one("#conversation").mount(Turn("user", message.text))
-        self.current = Turn("assistant")
+        self.current = Turn("assistant", show_reasoning=self.show_reasoning)
         await self.query_one("#conversation").mount(self.current)
         self.current.show_colours(self.colours)
         self._scroll()
@@ -391,7 +444,7 @@ class ChatApp(App):
 
     async def on_delta(self, message: Delta) -> None:
         if self.current is not None:
-            await self.current.append(message.pieces)
+            await self.current.append(message.pieces, message.reasoning)
         self.last_stats = message.stats
         now = time.perf_counter()
         if now - self._stats_at >= STATS_S:  # the panel is costlier to redraw than the text
@@ -410,7 +463,7 @@ class ChatApp(App):
             await self._note(message.error, error=True)
         elif turn is not None:
             stats = message.stats
-            self.chat.add("assistant", turn.text, stats.record if stats else None)
+            self.chat.add("assistant", turn.text, stats.record if stats else None, reasoning=turn.reasoning)
             self._save()
             if stats and stats.generated:
                 self.last_stats = stats
@@ -441,6 +494,11 @@ class ChatApp(App):
         for turn in self.query(Turn):
             if turn.role == "assistant":
                 turn.show_colours(self.colours)
+
+    def action_toggle_reasoning(self) -> None:
+        self.show_reasoning = not self.show_reasoning
+        for turn in self.query(Turn):
+            turn.set_show_reasoning(self.show_reasoning)
 
     async def _run_slash(self, slash) -> None:
         anytime = {
@@ -530,7 +588,7 @@ class ChatApp(App):
         self._stop.set()
         if self.generating and self.current is not None and self.current.text:
             record = self.last_stats.record if self.last_stats else None
-            self.chat.add("assistant", self.current.text, record)  # keep the answer so far
+            self.chat.add("assistant", self.current.text, record, reasoning=self.current.reasoning)  # so far
             self.generating = False
         self._save()
         self.exit()

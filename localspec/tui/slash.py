@@ -8,7 +8,8 @@ from localspec.session import drafter_summaries
 
 _HELP = """\
 Enter sends · Ctrl+J new line · Ctrl+P/Ctrl+N history · Esc or Ctrl+C stops the answer
-F2 colours tokens that came from accepted drafts · Ctrl+Q quits (the chat is saved as you go)
+F2 colours tokens that came from accepted drafts · F3 shows a reasoning model's thinking
+Ctrl+Q quits (the chat is saved as you go)
 /drafter NAME    switch drafter:
 {drafters}
 /k N|auto        tokens drafted per step: fixed, or picked each step

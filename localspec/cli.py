@@ -149,6 +149,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", dest="json_out", metavar="OUT", help="write every figure to this JSON file")
     bench.add_argument("--plot", metavar="OUT.png", help="bar chart of the ratios to plain (needs matplotlib)")
     bench.add_argument(
+        "--quants",
+        nargs="?",
+        const="",
+        metavar="Q4_0,Q4_K_M,...",
+        help="instead of drafters: time verify windows of each quantization of --model and say which speculates "
+        "best on this CPU (default: those on disk; one that is not is made for the timing by requantizing the "
+        "file on disk, in a temporary folder)",
+    )
+    bench.add_argument("--quant-rounds", type=int, default=6, help="--quants: timed rounds per window size (6)")
+    bench.add_argument(
         "--peer",
         metavar="llama-server[=PATH]",
         help="also measure llama.cpp's own llama-server on the same prompts: PATH is its binary "

@@ -39,6 +39,19 @@ def on_apple_silicon() -> bool:
     return sys.platform == "darwin" and platform.machine() == "arm64"
 
 
+def cpu_only() -> bool:
+    """Whether llama.cpp here runs on the CPU alone: a build without GPU offload, not on Apple silicon
+    (False where llama-cpp-python is not installed: nothing to tell)."""
+    if on_apple_silicon():
+        return False
+    try:
+        from localspec.backends.llama_cpp import _lib
+
+        return not _lib().llama_supports_gpu_offload()
+    except ConfigError:
+        return False
+
+
 def default_backend(entry: ModelEntry) -> str:
     """MLX on Apple silicon when the model has an MLX source, torch when it has nothing else, else llama.cpp."""
     if on_apple_silicon() and entry.mlx_repo:
@@ -63,6 +76,11 @@ def pull(
         raise ConfigError(
             f"model {name!r} has no {backend} source in models.toml (sources: {', '.join(entry.sources())})"
         )
+    if backend == "llama.cpp" and len(entry.gguf_files) > 1 and cpu_only():
+        from localspec.quants import pull_advice
+
+        for line in pull_advice(list(entry.gguf_files), quant or entry.gguf_quant, entry.name):
+            say(line)
     done = [_pull_one(entry, backend, quant, revision, say)]
     if drafts:
         for draft in entry.drafts[:1]:

@@ -245,6 +245,11 @@ class LlamaCppBackend(Backend):
             n = self._lib.llama_n_rs_seq(self._ctx)
         return int(per * n)
 
+    @property
+    def n_params(self) -> int:
+        """The model's parameter count, as llama.cpp counts it."""
+        return int(self._lib.llama_model_n_params(self._model))
+
     def kv_bytes_per_token(self) -> int:
         """f16 keys and values of every layer for one token (the GGUF's head sizes, else n_embd / n_head)."""
         lib, model = self._lib, self._model

@@ -66,22 +66,30 @@ class Stores:
         self.env = os.environ if env is None else env
         self.home = home or Path(os.path.expanduser("~"))
         self.system = system or sys.platform
+        self._found: list[FoundModel] | None = None
 
     def all(self) -> list[FoundModel]:
-        """Every model found, each app's in name order; an unreadable store is skipped (listing never fails)."""
-        found: dict[Path, FoundModel] = {}
-        for scan in (self.lmstudio, self.ollama, self.llama_cpp, self.hf_cache):
-            try:
-                models = sorted(scan(), key=lambda m: m.name)
-            except (OSError, ValueError):
-                continue
-            for model in models:
-                found.setdefault(model.path, model)  # the same file seen twice: the first app's name
-        return list(found.values())
+        """Every model found, each app's in name order, scanned once per Stores; a store that cannot be read
+        is skipped, whatever is wrong in it (another app's files must never stop localspec)."""
+        if self._found is None:
+            found: dict[Path, FoundModel] = {}
+            for scan in (self.lmstudio, self.ollama, self.llama_cpp, self.hf_cache):
+                try:
+                    models = sorted(scan(), key=lambda m: m.name)
+                except Exception:  # a damaged store of another app: leave it out
+                    continue
+                for model in models:
+                    found.setdefault(model.path, model)  # the same file seen twice: the first app's name
+            self._found = list(found.values())
+        return self._found
 
     def find(self, name: str) -> FoundModel | None:
-        """The model ``--model name`` means (names are compared ignoring case), None if none is found."""
-        return next((m for m in self.all() if m.name.lower() == name.lower()), None)
+        """The model ``--model name`` means (names are compared ignoring case; an Ollama name without a tag
+        means its ``latest``, as in Ollama), None if none is found."""
+        wanted = {name.lower()}
+        if name.lower().startswith("ollama:") and ":" not in name.split(":", 1)[1].rsplit("/", 1)[-1]:
+            wanted.add(f"{name}:latest".lower())
+        return next((m for m in self.all() if m.name.lower() in wanted), None)
 
     def holding(self, repo: str, file: str, quant: str | None = None) -> FoundModel | None:
         """A model some app downloaded from Hugging Face repo ``repo``, file ``file`` (an Ollama hf.co
@@ -184,11 +192,17 @@ def _ollama_model(root: Path, manifest: Path) -> FoundModel | None:
     host, namespace, model, tag = manifest.relative_to(root / "manifests").parts
     try:
         layers = json.loads(manifest.read_text(encoding="utf-8"))["layers"]
-        digest = next(layer["digest"] for layer in layers if layer.get("mediaType") == OLLAMA_MODEL_LAYER)
+        digest = next(
+            layer["digest"]
+            for layer in layers
+            if isinstance(layer, dict) and layer.get("mediaType") == OLLAMA_MODEL_LAYER
+        )
     except (OSError, ValueError, KeyError, TypeError, StopIteration):
         return None
+    if not isinstance(digest, str) or not re.fullmatch(r"sha256[:-][0-9a-fA-F]{64}", digest):
+        return None
     blob = next((b for b in (root / "blobs" / digest.replace(":", "-"), root / "blobs" / digest) if b.is_file()), None)
-    if blob is None or not _is_gguf(blob):
+    if blob is None or not is_gguf(blob):
         return None  # not pulled whole, or a safetensors model
     if host.lower() != OLLAMA_HOST:
         shown = f"{host}/{namespace}/{model}:{tag}"
@@ -200,7 +214,8 @@ def _ollama_model(root: Path, manifest: Path) -> FoundModel | None:
     return FoundModel(f"ollama:{shown}", "Ollama", blob, repo, None, tag if repo else None)
 
 
-def _is_gguf(path: Path) -> bool:
+def is_gguf(path: Path) -> bool:
+    """A file that starts as a GGUF does (an Ollama blob has no .gguf name)."""
     try:
         with path.open("rb") as f:
             return f.read(4) == b"GGUF"

@@ -27,6 +27,7 @@ from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 
+from localspec.app_stores import is_gguf
 from localspec.errors import ConfigError, LocalspecError
 from localspec.gguf_meta import mtp_layers
 from localspec.peer import SPEC_TYPES, ServerConfig, find_llama_server, running
@@ -156,7 +157,7 @@ def peer_config(
     and notes on those that cannot."""
     backend = session.backend
     model = Path(getattr(backend, "path", None) or "")
-    if model.suffix != ".gguf" or not model.is_file():
+    if not is_gguf(model):
         raise ConfigError(
             f"--peer llama-server needs a GGUF model on the llama.cpp backend; the {backend.name} "
             f"backend holds {model or session.model_name} (use --backend llama.cpp)"
@@ -200,7 +201,7 @@ def _peer_draft(session: Session) -> tuple[Path | None, str]:
     if found is None:
         return None, "no draft model (pass --draft-model; models.toml lists none for this model)"
     path = Path(found)
-    if path.suffix != ".gguf" or not path.is_file():
+    if not is_gguf(path):
         return None, f"the draft model {path} is not a GGUF file"
     return path, ""
 

@@ -317,6 +317,7 @@ def quants_command(args) -> int:
         raise LocalspecError(f"no GGUF file of {name} is on disk: localspec pull {args.model or ''} first")
     have = {quants.quant_of(p): p for p in on_disk}
     wanted = [q.strip().upper() for q in args.quants.split(",") if q.strip()] or list(have)
+    quants.check_names([q for q in wanted if q not in have])  # before any requantizing
     source = max(on_disk, key=lambda p: p.stat().st_size)  # the most bits: the best to requantize from
     cache_root().mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache_root(), prefix="quants-") as tmp:

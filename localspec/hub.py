@@ -76,10 +76,8 @@ def pull(
         raise ConfigError(
             f"model {name!r} has no {backend} source in models.toml (sources: {', '.join(entry.sources())})"
         )
-    if backend == "llama.cpp" and len(entry.gguf_files) > 1 and cpu_only():
-        from localspec.quants import pull_advice
-
-        for line in pull_advice(list(entry.gguf_files), quant or entry.gguf_quant, entry.name):
+    if backend == "llama.cpp" and len(entry.gguf_files) > 1:
+        for line in _quant_advice(entry, quant):
             say(line)
     done = [_pull_one(entry, backend, quant, revision, say)]
     if drafts:
@@ -92,6 +90,19 @@ def pull(
             if head:
                 done.append(_pull_head(entry, drafter, head, backend, done[0].path, say))
     return done
+
+
+def _quant_advice(entry: ModelEntry, quant: str | None) -> list[str]:
+    """quants.py's advice on a CPU-only machine; a pull goes on without it whatever goes wrong there (a
+    llama-cpp-python that does not load, a damaged file of measurements)."""
+    try:
+        if not cpu_only():
+            return []
+        from localspec.quants import pull_advice
+
+        return pull_advice(list(entry.gguf_files), quant or entry.gguf_quant, entry.name)
+    except Exception:  # the advice is optional; the download is what was asked for
+        return []
 
 
 def _pull_head(entry: ModelEntry, drafter: str, repo: str, backend: str, target: Path, say) -> Pulled:
@@ -415,8 +426,9 @@ def remove(name: str, registry: Registry | None = None) -> list[str]:
             removed.append(f"removed {entry.gguf_repo}/{file} ({size / 2**20:.0f} MB)")
     if not removed:
         hint = " (it is installed as a Python package: pip uninstall it)" if entry.embedded else ""
+        stores = Stores()
         for quant, file in entry.gguf_files.items() if entry.gguf_repo else ():
-            elsewhere = Stores().holding(entry.gguf_repo, file, quant)
+            elsewhere = stores.holding(entry.gguf_repo, file, quant)
             if elsewhere:
                 hint = f" (it runs from {elsewhere.app}'s file {elsewhere.path}, which localspec leaves alone)"
         raise ModelError(f"model {name!r} has no downloaded files in the Hugging Face cache{hint}")

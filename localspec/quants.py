@@ -100,7 +100,8 @@ def time_windows(path: Path, rounds: int, windows=WINDOWS, threads: int | None =
                 backend.forward(prompt[:k])
                 times[k].append((time.perf_counter() - started) * 1e3)
                 backend.truncate(CONTEXT)
-        return times, 8 * path.stat().st_size / backend.n_params, backend.metadata("general.name") or path.stem
+        bits = 8 * backend.size_bytes / backend.n_params  # all tensors, every part of a split file
+        return times, bits, backend.metadata("general.name") or path.stem
     finally:
         backend.close()
 
@@ -124,14 +125,22 @@ def measure(files: list[tuple[Path, bool]], rounds: int = 6, passes: int = 2, th
     ]  # fmt: skip
 
 
+def check_names(quants: list[str]) -> None:
+    """A ConfigError naming any quantization this module cannot make."""
+    from localspec.errors import ConfigError
+
+    unknown = [q for q in quants if q not in FTYPES]
+    if unknown:
+        raise ConfigError(f"--quants: unknown quantization {', '.join(unknown)} (known: {', '.join(FTYPES)})")
+
+
 def requantize(source: Path, quant: str, out: Path, threads: int | None = None) -> Path:
     """``source`` requantized to ``quant`` at ``out`` (for timing: a requantized file's values are worse
     than the real download's, its kernels the same)."""
     from localspec.backends.llama_cpp import _lib
     from localspec.errors import ConfigError
 
-    if quant not in FTYPES:
-        raise ConfigError(f"--quants: unknown quantization {quant!r} (known: {', '.join(FTYPES)})")
+    check_names([quant])
     lib = _lib()
     params = lib.llama_model_quantize_default_params()
     params.ftype, params.allow_requantize, params.nthread = FTYPES[quant], True, threads or 0
@@ -176,11 +185,19 @@ def save_measured(curves: list[QuantCurve], signature: str, path: Path | None = 
 
 
 def load_measured(path: Path | None = None) -> list[dict]:
+    """The records kept; a damaged file or record is left out (the next bench --quants measures again)."""
     try:
         data = json.loads((path or store_path()).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return []  # none yet, or damaged: measured again by the next bench --quants
-    return data if isinstance(data, list) else []
+        return []
+    return [r for r in data if _readable(r)] if isinstance(data, list) else []
+
+
+def _readable(record) -> bool:
+    try:
+        return isinstance(record.get("cpu"), str) and curve_from(record).step_ms > 0
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return False
 
 
 def reference() -> dict:

@@ -58,13 +58,14 @@ def markers(fmt: ReasoningFormat | None) -> tuple[str, str]:
 class ReasoningSplitter:
     """Streamed answer text in, (kind, text) pieces out: REASONING, then ANSWER. The server's answer splitter
     (server/tools.py) without tool calls, so that the chat, `run` and the API split an answer the same way:
-    a marker split across two pieces of text waits until it is whole; white space around each part is dropped."""
+    a marker split across two pieces of text waits until it is whole. The answer keeps its white space (code's
+    indentation, the last new line) but for what follows the reasoning; the reasoning's own is trimmed."""
 
     def __init__(self, fmt: ReasoningFormat | None) -> None:
         from localspec.server.tools import AnswerSplitter
 
         opens = bool(fmt and fmt.opens_in_prompt)
-        self._splitter = AnswerSplitter("hermes", tools=False, in_think=opens, markers=markers(fmt))
+        self._splitter = AnswerSplitter("hermes", tools=False, in_think=opens, markers=markers(fmt), keep_space=True)
 
     def feed(self, text: str) -> list[tuple[str, str]]:
         return _pieces(self._splitter.push(text))

@@ -59,6 +59,8 @@ def apps(tmp_path):
     ollama_model(store, ("hf.co", "test", "tiny-GGUF", "Q4"), gguf_bytes("tiny q4", padding=0))
     ollama_model(store, ("registry.ollama.ai", "library", "flux", "latest"), b"safetensors, not GGUF")
     write(store / "manifests/registry.ollama.ai/library/half/latest", b"{not json")
+    odd = {"layers": [3, {"mediaType": "application/vnd.ollama.image.model", "digest": 5}]}
+    write(store / "manifests/registry.ollama.ai/library/odd/latest", json.dumps(odd).encode())
     llama = tmp_path / "llama-cache"
     write(llama / "owner_Some-GGUF_some-q8.gguf", gguf_bytes("some", padding=0))
     write(
@@ -90,6 +92,8 @@ def test_every_app_is_found_with_its_names(apps):
     tiny = found["ollama:hf.co/test/tiny-GGUF:Q4"]
     assert (tiny.repo, tiny.quant) == ("test/tiny-GGUF", "Q4")
     assert stores.find("OLLAMA:Llama3.2:3B") == llama  # names ignore case, as Ollama's do
+    assert stores.find("ollama:someone/tuned") == found["ollama:someone/tuned:latest"]  # no tag: latest
+    assert stores.find("ollama:llama3.2") is None  # its only tag is 3b
     assert stores.holding("owner/some-gguf", "some-q8.gguf").name == "llama.cpp:owner/Some-GGUF/some-q8.gguf"
     assert stores.holding("test/tiny-GGUF", "tiny-q4.gguf", "q4") == tiny  # an hf.co pull by its quantization
     assert stores.holding("test/tiny-GGUF", "tiny-q8.gguf", "Q8") is None

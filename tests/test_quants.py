@@ -78,6 +78,9 @@ def test_measurements_are_kept_per_cpu_and_replaced_per_quantization(tmp_path):
     ]
     store.write_text("{damaged")
     assert quants.load_measured(store) == []
+    good = {"cpu": "c", "quant": "Q4_0", "model": "m", "window_ms": {"1": 5.0}, "bits_per_weight": 4.5}
+    store.write_text(json.dumps([good, 3, {"cpu": "c"}, {**good, "window_ms": {"2": 1.0}}, {**good, "cpu": None}]))
+    assert quants.load_measured(store) == [good]  # damaged records are left out
 
 
 def test_pull_advice_from_this_cpus_measurements_else_the_reference_of_its_kind(tmp_path, monkeypatch):
@@ -130,6 +133,10 @@ def test_bench_quants_without_a_file_on_disk_is_one_clear_line(tmp_path):
 
 
 def test_pull_on_a_cpu_only_machine_says_which_quantization_speculates_best(hub, tmp_path):  # noqa: F811
+    from localspec.hub import cpu_only
+
+    if not cpu_only():
+        pytest.skip("llama.cpp here offloads to a GPU: pull gives no CPU advice")
     cache = tmp_path / "cache"
     slow_windows = curve("Q4", 10.0, {2: 1.9, 4: 3.8, 8: 7.9, 16: 15.0})
     cheap_windows = curve("Q8", 12.0, {2: 1.1, 4: 1.3, 8: 1.8, 16: 3.0}, 8.5)
@@ -138,3 +145,11 @@ def test_pull_on_a_cpu_only_machine_says_which_quantization_speculates_best(hub,
     assert result.returncode == 0, result.stderr
     assert "tiny: on this CPU (no GPU offload) Q8 speculates best here" in result.stderr
     assert "`localspec pull tiny --quant Q8` gets it (this pull gets Q4)" in result.stderr
+
+
+@pytest.mark.model
+def test_an_unknown_quantization_is_refused_before_anything_is_made(tmp_path):
+    cache = tmp_path / "cache"
+    result = run_cli("bench", "--quants", "Q4_0,Q9_Z", env={"LOCALSPEC_CACHE": str(cache)})
+    assert_one_line_error(result, "unknown quantization Q9_Z", "Q4_K_M")
+    assert not list(cache.glob("quants-*"))

@@ -103,6 +103,14 @@ def test_the_split_does_not_depend_on_how_the_text_is_chopped(seed):
     assert joined[ANSWER] == "Hello! How can I help? Quoting <think> later is answer."
 
 
+@pytest.mark.parametrize("template", [PLAIN, QWEN3_LIKE])
+def test_an_answer_without_reasoning_keeps_its_white_space(template):
+    code = "    x = 1\n    <tag> y = 2\n\n"
+    splitter = ReasoningSplitter(reasoning_format(template, lambda: ""))
+    pieces = [p for i in range(0, len(code), 3) for p in splitter.feed(code[i : i + 3])] + splitter.finish()
+    assert {kind for kind, _ in pieces} == {ANSWER} and "".join(text for _, text in pieces) == code
+
+
 def test_run_keeps_the_thinking_apart_and_the_stats_count_every_token():
     session = session_for(THOUGHT, QWEN3_LIKE)
     conversation = Conversation()

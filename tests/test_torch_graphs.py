@@ -74,6 +74,11 @@ def test_a_padded_tree_gives_the_ordinary_steps_rows_and_keeps_the_accepted_bran
     parents = [int(rng.integers(-1, i)) for i in range(size - 1)]
     for b in (plain, static):
         b.prefill(PREFIX)
+
+    def ordinary_step(*args, **kwargs):
+        raise AssertionError("the tree should have taken the fixed-shape step")
+
+    static.model.forward = ordinary_step
     a, s = plain.forward_tree(tokens, parents).logits, static.forward_tree(tokens, parents).logits
     assert close(s, a)
     leaf = size - 2

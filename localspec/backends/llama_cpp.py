@@ -250,6 +250,11 @@ class LlamaCppBackend(Backend):
         """The model's parameter count, as llama.cpp counts it."""
         return int(self._lib.llama_model_n_params(self._model))
 
+    @property
+    def size_bytes(self) -> int:
+        """The bytes of all the model's tensors (every part of a split file)."""
+        return int(self._lib.llama_model_size(self._model))
+
     def kv_bytes_per_token(self) -> int:
         """f16 keys and values of every layer for one token (the GGUF's head sizes, else n_embd / n_head)."""
         lib, model = self._lib, self._model

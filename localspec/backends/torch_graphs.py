@@ -9,9 +9,10 @@ step attends over all ``n_ctx`` slots with that mask (the slots not yet written 
 in it depends on the context's length. Padding rows sit in the slots after the window; they see only slots
 up to their own, so the real rows never see them, and the next step overwrites them.
 
-With graphs off (the CPU, or ``--torch-graphs off``) the same static step runs eagerly; tests compare it
-with the backend's ordinary step. Steps that need hidden states (EAGLE, MTP), windows past the largest
-bucket and windows that would pad past the end of the cache take the ordinary step.
+Without CUDA the backend takes its ordinary step (so does ``--no-cuda-graphs``); tests run this static
+step eagerly on the CPU (``steps="eager"``) and compare it with the ordinary one. Steps that need hidden
+states (EAGLE, MTP), windows past the largest bucket and windows that would pad past the end of the cache
+take the ordinary step.
 """
 
 from __future__ import annotations

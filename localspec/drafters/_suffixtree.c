@@ -25,6 +25,13 @@
 #define SEP (-1)
 #define NONE (-1)
 
+/* The functions ctypes calls: exported from the DLL on Windows (setuptools exports only PyInit there). */
+#ifdef _WIN32
+#define API __declspec(dllexport)
+#else
+#define API __attribute__((visibility("default")))
+#endif
+
 typedef struct {
     int32_t token, count, child, sibling, pos;
 } Node;
@@ -56,7 +63,7 @@ static int grow(void **buf, int64_t *cap, int64_t need, size_t item) {
     return 0;
 }
 
-Tree *st_new(int32_t max_depth) {
+API Tree *st_new(int32_t max_depth) {
     Tree *t = calloc(1, sizeof(Tree));
     if (!t) return NULL;
     t->max_depth = max_depth;
@@ -71,7 +78,7 @@ Tree *st_new(int32_t max_depth) {
     return t;
 }
 
-void st_free(Tree *t) {
+API void st_free(Tree *t) {
     if (!t) return;
     free(t->nodes);
     free(t->corpus);
@@ -125,7 +132,7 @@ static int add_occurrence(Tree *t, int32_t v, int32_t depth, int32_t token, int3
 }
 
 /* Append one token to the open sequence (SEP closes it). Returns 0, or -1 when out of memory. */
-int st_append(Tree *t, int32_t token) {
+API int st_append(Tree *t, int32_t token) {
     if (grow((void **)&t->corpus, &t->cap_corpus, t->n_corpus + 1, sizeof(int32_t))) return -1;
     int64_t p = t->n_corpus;
     t->corpus[t->n_corpus++] = token;
@@ -214,15 +221,18 @@ static int32_t longest_match(const Tree *t, const int32_t *end, int32_t n, int32
  *    from there, its confidence carried over; without such a match it stops.
  * Writes tokens and confidences; returns the draft length and stores the match length.
  */
-int32_t st_draft(const Tree *t, const int32_t *ctx, int32_t n_ctx, int32_t max_tokens, float min_prob,
+API int32_t st_draft(const Tree *t, const int32_t *ctx, int32_t n_ctx, int32_t max_tokens, float min_prob,
                  float factor, float offset, int32_t *out_tokens, float *out_probs, int32_t *match_len) {
     int32_t D = t->max_depth, v = 0, d = 0;
     int64_t p = -1;
     int32_t m = longest_match(t, ctx + n_ctx, n_ctx, D - 1, &v, &d, &p);
     *match_len = m;
     if (m == 0) return 0;
-    int32_t budget = (int32_t)(factor * (float)m + offset);
-    if (budget > max_tokens) budget = max_tokens;
+    /* two statements: no fused multiply-add (one rounding) where the compiler would contract one
+     * expression, so that the pure-Python trie computes the same budget; clamped before the cast */
+    float scaled = factor * (float)m;
+    float wanted = scaled + offset;
+    int32_t budget = !(wanted > 0.0f) ? 0 : wanted >= (float)max_tokens ? max_tokens : (int32_t)wanted;
     if (budget <= 0) return 0;
     int32_t room = budget < D / 2 ? budget : D / 2;
     if (m > D - room) walk(t, ctx + n_ctx - (D - room), D - room, &v, &d, &p); /* a shorter suffix matches too */
@@ -266,7 +276,7 @@ int32_t st_draft(const Tree *t, const int32_t *ctx, int32_t n_ctx, int32_t max_t
 }
 
 /* How often `pattern` (m <= max_depth tokens) occurs, from the trie's counts and lazy leaves (for tests). */
-int64_t st_count(const Tree *t, const int32_t *pattern, int32_t m) {
+API int64_t st_count(const Tree *t, const int32_t *pattern, int32_t m) {
     int32_t v = 0;
     for (int32_t d = 0; d < m; d++) {
         const Node *x = &t->nodes[v];
@@ -280,9 +290,9 @@ int64_t st_count(const Tree *t, const int32_t *pattern, int32_t m) {
     return t->nodes[v].count;
 }
 
-int64_t st_n_nodes(const Tree *t) { return t->n_nodes; }
-int64_t st_n_tokens(const Tree *t) { return t->n_corpus; }
-int64_t st_memory(const Tree *t) {
+API int64_t st_n_nodes(const Tree *t) { return t->n_nodes; }
+API int64_t st_n_tokens(const Tree *t) { return t->n_corpus; }
+API int64_t st_memory(const Tree *t) {
     return t->cap_nodes * (int64_t)sizeof(Node) + t->cap_corpus * 4 + t->n_root_child * 4 +
            t->max_depth * (int64_t)sizeof(Active) + (int64_t)sizeof(Tree);
 }

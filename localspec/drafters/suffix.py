@@ -10,6 +10,7 @@ confidence times match_confidence(match length), which the controller trims the 
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,8 +53,10 @@ class SuffixOptions:
             raise ConfigError(f"suffix max_depth must be at least 4, got {self.max_depth}")
         if not 0 <= self.min_token_prob <= 1:
             raise ConfigError(f"suffix min_token_prob must be in [0, 1], got {self.min_token_prob}")
-        if self.max_spec_factor < 0:
-            raise ConfigError(f"suffix max_spec_factor must be >= 0, got {self.max_spec_factor}")
+        if not 0 <= self.max_spec_factor < math.inf:
+            raise ConfigError(f"suffix max_spec_factor must be a number >= 0, got {self.max_spec_factor}")
+        if not math.isfinite(self.max_spec_offset):
+            raise ConfigError(f"suffix max_spec_offset must be a finite number, got {self.max_spec_offset}")
         if self.cache_tokens < 0:
             raise ConfigError(f"suffix cache_tokens must be >= 0, got {self.cache_tokens}")
 

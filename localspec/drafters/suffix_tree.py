@@ -127,7 +127,7 @@ def implementation() -> str:
     """Which trie SuffixTree uses by default: "C" (the compiled extension) or "Python" (the fallback)."""
     try:
         _lib()
-    except (ImportError, OSError):
+    except (ImportError, OSError, AttributeError):  # not built, not loadable, or its functions not exported
         return "Python"
     return "C"
 

@@ -117,7 +117,8 @@ class PyTrie:
         depth_cap = self.max_depth
         ctx = [int(t) for t in ctx]
         m, state = self._longest_match(ctx, depth_cap - 1)
-        budget = min(int(_F32(factor) * _F32(m) + _F32(offset)), max_tokens) if m else 0
+        wanted = _F32(factor) * _F32(m) + _F32(offset)
+        budget = 0 if not m or not wanted > 0 else max_tokens if wanted >= max_tokens else int(wanted)
         if budget <= 0:
             return (), (), m
         room = min(budget, depth_cap // 2)

@@ -243,9 +243,20 @@ class AnswerSplitter:
     llama3 answer opening with `{` or <|python_tag|> waits for finish(). Content and reasoning come without their
     surrounding whitespace (inner whitespace waits for the next text), so they add up to parse_answer's."""
 
-    def __init__(self, fmt: str, tools: bool, think: bool = True, in_think: bool = False, markers=(THINK, END_THINK)):
+    def __init__(
+        self,
+        fmt: str,
+        tools: bool,
+        think: bool = True,
+        in_think: bool = False,
+        markers=(THINK, END_THINK),
+        keep_space: bool = False,
+    ):
+        """``keep_space``: content comes as the model wrote it (a chat's, `run`'s), white space and all, but
+        for the white space right after the reasoning."""
         self.hermes, self.llama = tools and fmt != "llama3", tools and fmt == "llama3"
         self.start_tag, self.end_tag = markers
+        self.keep_space, self.thought = keep_space, think and in_think
         self.think, self.state, self.buf = think, "think" if think and in_think else "start", ""
         self.calls: list[ToolCall] = []
         self._out: list[dict] = []
@@ -291,7 +302,7 @@ class AnswerSplitter:
     def _start(self) -> bool:
         head = self.buf.lstrip()
         if self.think and head.startswith(self.start_tag):
-            self.buf, self.state = head[len(self.start_tag) :], "think"
+            self.buf, self.state, self.thought = head[len(self.start_tag) :], "think", True
         elif (self.llama and head.startswith(("{", PYTHON_TAG))) or (self.hermes and head.startswith(FENCE)):
             self.buf, self.state = head, "hold"
         elif not head or any(
@@ -325,6 +336,12 @@ class AnswerSplitter:
         self.calls.append(call)
 
     def _emit(self, kind: str, text: str) -> None:
+        if self.keep_space and kind == "content" and (kind in self._begun or not self.thought):
+            text, self._space[kind] = self._space[kind] + text, ""
+            if text:
+                self._begun.add(kind)
+                self._out.append({kind: text})
+            return
         text = self._space[kind] + (text if kind in self._begun else text.lstrip())
         body = text.rstrip()
         self._space[kind] = text[len(body) :]

@@ -97,8 +97,11 @@ class Failed(Message):
 
 def _split_event(split: list[tuple[str, str]], event, pieces: list[tuple[str, bool]], thinking: list[str]) -> None:
     """A step's text, split by the reasoning splitter, into answer pieces (with the characters that came
-    from accepted drafts marked, where the answer is the step's text unchanged) and reasoning text."""
-    if event is not None and split == [(ANSWER, event.text)]:
+    from accepted drafts marked, where the answer ends with the step's text unchanged) and reasoning text."""
+    if event is not None and len(split) == 1 and split[0][0] == ANSWER and split[0][1].endswith(event.text):
+        held = split[0][1][: len(split[0][1]) - len(event.text)]  # text the splitter held back from earlier steps
+        if held:
+            pieces.append((held, False))
         if event.draft_chars:
             pieces.append((event.text[: event.draft_chars], True))
         if event.text[event.draft_chars :]:
@@ -368,10 +371,10 @@ class ChatApp(App):
         session, stats, finish = self.session, None, "interrupted"
         pieces: list[tuple[str, bool]] = []
         thinking: list[str] = []
-        splitter = ReasoningSplitter(session.reasoning)
         last = time.perf_counter()
         events_ = None
         try:
+            splitter = ReasoningSplitter(session.reasoning)  # reads the chat template, which may refuse
             events_ = session.answer(
                 self.chat.conversation,
                 on_prefill=lambda done, total: self.post_message(Progress(f"reading the prompt {done}/{total}")),

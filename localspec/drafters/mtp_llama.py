@@ -127,7 +127,7 @@ class LlamaAssistantHead(_RowHead):
             )
         lib = self._lib = target._lib
         params = lib.llama_model_default_params()
-        params.n_gpu_layers = target._gpu_layers
+        params.n_gpu_layers = target.offloaded_layers
         self._model = lib.llama_model_load_from_file(str(self.path).encode(), params)
         if not self._model:
             raise ModelError(f"llama.cpp could not load the assistant {self.path}: {_last_error()}")

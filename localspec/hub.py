@@ -16,9 +16,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.app_stores import FoundModel, Stores, found_prefix
+from localspec.app_stores import Stores, found_prefix
 from localspec.errors import ConfigError, LocalspecError, ModelError
-from localspec.registry import HEAD_DRAFTERS, ModelEntry, Registry, hf_cached, load_registry, local_file
+from localspec.registry import (
+    HEAD_DRAFTERS,
+    ModelEntry,
+    Registry,
+    gguf_on_disk,
+    hf_cached,
+    load_registry,
+    local_file,
+)
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -134,21 +142,17 @@ def _pull_one(entry: ModelEntry, backend: str, quant: str | None, revision: str 
             return Pulled(entry.name, backend, path, path.stat().st_size)
         file = entry.gguf_file(quant)
         say(f"{entry.name}: {entry.gguf_repo}/{file}")
-        elsewhere = None if revision or hf_cached(entry.gguf_repo, file) else _in_other_app(entry, file, quant)
-        if elsewhere:
-            say(f"{entry.name}: already on disk, downloaded by {elsewhere.app}: {elsewhere.path} (used where it is)")
-            return Pulled(entry.name, backend, elsewhere.path, elsewhere.size)
+        on_disk = None if revision else gguf_on_disk(entry, quant)
+        if on_disk and on_disk[1]:  # another app's file; one in the HF cache is checked by download_file
+            path, app = on_disk
+            say(f"{entry.name}: already on disk, downloaded by {app}: {path} (used where it is)")
+            return Pulled(entry.name, backend, path, path.stat().st_size)
         path = download_file(entry.gguf_repo, file, revision)
         return Pulled(entry.name, backend, path, path.stat().st_size)
     repo = entry.mlx_repo if backend == "mlx" else entry.torch_repo
     say(f"{entry.name}: {repo} ({backend})")
     path = _snapshot(repo, revision, say)
     return Pulled(entry.name, backend, path, sum(f.stat().st_size for f in path.rglob("*") if f.is_file()))
-
-
-def _in_other_app(entry: ModelEntry, file: str, quant: str | None) -> FoundModel | None:
-    """The GGUF an alias names, if LM Studio, Ollama or llama.cpp already downloaded it (app_stores.py)."""
-    return Stores().holding(entry.gguf_repo, file, quant or entry.gguf_quant)
 
 
 def download_file(repo: str, filename: str, revision: str | None = None) -> Path:
@@ -338,11 +342,10 @@ def listing(registry: Registry | None = None) -> list[dict]:
     rows, shown = [], set()
     for name, entry in sorted(registry.models.items()):
         on_disk = [(backend, path, None) for backend, path in _local_files(entry)]
-        for quant, file in entry.gguf_files.items():
-            found = hf_cached(entry.gguf_repo, file)
-            elsewhere = None if found else stores.holding(entry.gguf_repo, file, quant)
-            if found or elsewhere:
-                on_disk.append((f"llama.cpp {quant}", found or elsewhere.path, elsewhere and elsewhere.app))
+        for quant in entry.gguf_files if entry.gguf_repo else ():
+            hit = gguf_on_disk(entry, quant, stores)
+            if hit:
+                on_disk.append((f"llama.cpp {quant}", *hit))
         downloaded = [_disk_row(backend, path, app) for backend, path, app in on_disk]
         shown |= {Path(d["path"]) for d in downloaded}
         mtp = any(d["mtp_layers"] for d in downloaded) and "mtp" not in entry.drafters
@@ -427,9 +430,9 @@ def remove(name: str, registry: Registry | None = None) -> list[str]:
     if not removed:
         hint = " (it is installed as a Python package: pip uninstall it)" if entry.embedded else ""
         stores = Stores()
-        for quant, file in entry.gguf_files.items() if entry.gguf_repo else ():
-            elsewhere = stores.holding(entry.gguf_repo, file, quant)
-            if elsewhere:
-                hint = f" (it runs from {elsewhere.app}'s file {elsewhere.path}, which localspec leaves alone)"
+        for quant in entry.gguf_files if entry.gguf_repo else ():
+            hit = gguf_on_disk(entry, quant, stores)  # none is in the HF cache any more: another app's
+            if hit:
+                hint = f" (it runs from {hit[1]}'s file {hit[0]}, which localspec leaves alone)"
         raise ModelError(f"model {name!r} has no downloaded files in the Hugging Face cache{hint}")
     return removed

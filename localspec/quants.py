@@ -284,18 +284,15 @@ def model_files(spec: str | None) -> list[Path]:
     another app's files), or the one file a path names."""
     from localspec.app_stores import Stores
     from localspec.errors import LocalspecError
-    from localspec.registry import hf_cached, load_registry, model_entry, resolve_model
+    from localspec.registry import gguf_on_disk, load_registry, model_entry, resolve_model
 
     registry = load_registry()
     entry = model_entry(spec, registry)
     found = []
     if entry is not None and entry.gguf_repo:
         stores = Stores()
-        for quant, file in entry.gguf_files.items():
-            path = hf_cached(entry.gguf_repo, file) or getattr(
-                stores.holding(entry.gguf_repo, file, quant), "path", None
-            )
-            found += [path] if path else []
+        on_disk = [gguf_on_disk(entry, quant, stores) for quant in entry.gguf_files]
+        found += [hit[0] for hit in on_disk if hit]
     with contextlib.suppress(LocalspecError):  # its default quantization is not downloaded: the others still count
         found.append(resolve_model(spec, registry)[1])
     return list(dict.fromkeys(Path(p).resolve() for p in found if Path(p).is_file()))

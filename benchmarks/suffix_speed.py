@@ -4,6 +4,7 @@ Fills the global tree with ~200k tokens of real text (Python standard-library so
 model's tokenizer, cut into answer-sized pieces), then times propose() on contexts taken from other text.
 
     python benchmarks/suffix_speed.py --model smollm2-135m --out benchmarks/results/suffix-speed.json
+    python benchmarks/suffix_speed.py --implementation Python --out benchmarks/results/suffix-speed-python.json
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
+from localspec.drafters import suffix_tree  # noqa: E402
 from localspec.drafters.suffix import SuffixDrafter, SuffixOptions  # noqa: E402
 from localspec.drafters.suffix_store import AnswerStore  # noqa: E402
 from localspec.registry import resolve_model  # noqa: E402
@@ -43,7 +45,10 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=5000)
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--implementation", choices=["C", "Python"], help="the trie to time (default: the installed one)")
     args = ap.parse_args()
+    if args.implementation:  # the pure-Python fallback (suffix_trie_py.py) against the compiled trie
+        suffix_tree.implementation = lambda: args.implementation
     _, path = resolve_model(args.model)
     with LlamaCppBackend(path, n_ctx=512, n_threads=1) as backend:
         tokens = backend.tokenize(stdlib_text(args.global_tokens * 5))
@@ -71,6 +76,7 @@ def main() -> None:
     tree = drafter.global_tree
     report = {
         "date": time.strftime("%Y-%m-%d"),
+        "implementation": tree.implementation,
         "global_tokens": tree.n_tokens,
         "global_nodes": tree.n_nodes,
         "global_tree_bytes": tree.memory_bytes(),

@@ -163,8 +163,8 @@ def _prefill(
     feature-fed drafter's prompt (EAGLE), or None."""
     started = time.perf_counter()
     reuse = common_prefix(backend.cached_tokens, context[:-1])
-    if drafter.needs.hidden_states and not drafter.keeps_rows:  # it needs at least the last prompt row
-        reuse = min(reuse, max(len(context) - 2, 0))
+    if drafter.needs.hidden_states:  # it is handed the features of the positions it lacks
+        reuse = min(reuse, drafter.rows_held(context))
     backend.truncate(reuse)
     features = None
     if drafter.needs.hidden_states:

@@ -70,6 +70,22 @@ def _llama_header(
     return w
 
 
+def weight_makers(rng, scale: float):
+    """rand(*shape) (scaled by the input width), ones(n), and out(*shape, adds) (a matrix whose product joins
+    the residual stream: zeros when it must add nothing) for a tiny random model's tensors."""
+
+    def rand(*shape):
+        return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
+
+    def ones(n):
+        return np.ones(n, dtype=np.float32)
+
+    def out(*shape, adds=True):
+        return rand(*shape) if adds else np.zeros(shape, dtype=np.float32)
+
+    return rand, ones, out
+
+
 def _finish(w, path: Path) -> Path:
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from tiny_gguf import VOCAB, _finish, _llama_header
+from tiny_gguf import VOCAB, _finish, _llama_header, weight_makers
 
 EMBD, FF, HEADS, KV_HEADS, LAYERS = 64, 128, 4, 2, 4
 HEAD_DIM = EMBD // HEADS
@@ -43,14 +43,7 @@ def write_tiny_qwen35(
     w.add_uint32(a + "ssm.group_count", K_HEADS)
     w.add_uint32(a + "full_attention_interval", 2)
 
-    def rand(*shape):
-        return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
-
-    def ones(n):
-        return np.ones(n, dtype=np.float32)
-
-    def out(*shape, adds=True):  # a matrix whose product joins the residual stream
-        return rand(*shape) if adds else np.zeros(shape, dtype=np.float32)
+    rand, ones, out = weight_makers(rng, scale)
 
     def attention(b, adds):
         w.add_tensor(b + "attn_q.weight", rand(HEADS * HEAD_DIM * 2, EMBD) * 2)
@@ -97,14 +90,19 @@ def _mtp_block(w, b, mode, rand, ones, attention, ffn) -> None:
     w.add_tensor(b + "post_attention_norm.weight", ones(EMBD))
     attention(b, mode == "random")
     ffn(b, mode == "random")
-    if mode == "no-nextn":  # a converter that dropped the nextn tensors and kept the rest
-        return
+    if mode != "no-nextn":  # (a converter that dropped the nextn tensors and kept the rest)
+        nextn_tensors(w, b, mode, EMBD, rand, ones)
+
+
+def nextn_tensors(w, b, mode, embd, rand, ones) -> None:
+    """An MTP block's own tensors: eh_proj random, or the identity on the token's half ("token") or on the
+    hidden row's half ("hidden") of [norm(embedding), norm(hidden)]; enorm and hnorm."""
     if mode == "random":
-        proj = rand(EMBD, 2 * EMBD) * 2
-    else:  # the identity on the token's half or on the hidden row's half of [norm(embedding), norm(hidden)]
-        proj = np.zeros((EMBD, 2 * EMBD), dtype=np.float32)
-        half = 0 if mode == "token" else EMBD
-        proj[:, half : half + EMBD] = np.eye(EMBD, dtype=np.float32)
+        proj = rand(embd, 2 * embd) * 2
+    else:
+        proj = np.zeros((embd, 2 * embd), dtype=np.float32)
+        half = 0 if mode == "token" else embd
+        proj[:, half : half + embd] = np.eye(embd, dtype=np.float32)
     w.add_tensor(b + "nextn.eh_proj.weight", proj)
-    w.add_tensor(b + "nextn.enorm.weight", ones(EMBD))
-    w.add_tensor(b + "nextn.hnorm.weight", ones(EMBD))
+    w.add_tensor(b + "nextn.enorm.weight", ones(embd))
+    w.add_tensor(b + "nextn.hnorm.weight", ones(embd))

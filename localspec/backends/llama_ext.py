@@ -49,6 +49,14 @@ _SIGNATURES = {
         [_P],
         _F,
     ),
+    "llama_set_nextn_layer_offset": (
+        (
+            "_Z28llama_set_nextn_layer_offsetP13llama_contexti",
+            "?llama_set_nextn_layer_offset@@YAXPEAUllama_context@@H@Z",
+        ),
+        [_P, ctypes.c_int32],
+        None,
+    ),
     "llama_model_target_layer_ids": (
         (
             "_Z28llama_model_target_layer_idsPK11llama_model",

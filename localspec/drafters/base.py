@@ -82,10 +82,6 @@ class Drafter:
     # seconds per drafted token, for the controller until it has timed drafting: 0 for a lookup (n-gram,
     # suffix), None when unknown (a network: the first call drafts a short window to find out)
     cost_per_token: float | None = 0.0
-    # a feature-fed drafter that keeps the target's rows of the latest positions itself: a new turn need not
-    # feed a cached prompt token again to hand it the last one (on a recurrent target that cut can cost a
-    # prefill of the whole conversation)
-    keeps_rows = False
     wants_outputs = False  # handed the target's argmax after every verified draft token (see_outputs)
 
     def use_sampling(self, sampling: SamplingParams) -> None:
@@ -103,6 +99,13 @@ class Drafter:
         """Up to ``max_tokens`` tokens to follow ``context``; ``features``: the target's features of the
         positions cached since the last hand-off (a drafter that needs hidden states), fed first."""
         return EMPTY_DRAFT
+
+    def rows_held(self, context: Sequence[int]) -> int:
+        """How many leading positions of ``context`` a feature-fed drafter needs no features of: the prefill
+        recomputes the rest (its cache reused no further) to hand them over. By default all but the last
+        prompt position; a drafter that keeps the target's rows itself says what it holds, so that a new turn
+        need not recompute a cached prompt (on a recurrent target that cut can cost a whole prefill)."""
+        return max(len(context) - 2, 0)
 
     def feed(self, context: Sequence[int], features: Features) -> None:
         """Take the target's features without drafting (a step that drafts nothing, the end of a turn), so a

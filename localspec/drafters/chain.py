@@ -33,7 +33,7 @@ class ChainDrafter(Drafter):
             feature_layers=a.feature_layers or b.feature_layers,
             tree_attention=a.tree_attention or b.tree_attention,
         )
-        self.keeps_rows = model.keeps_rows
+        self.rows_held = model.rows_held
         self.draft = getattr(model, "draft", None)  # the draft model's backend, if it has one (the load report)
         self._policy = None
         self._drafted_by: Drafter | None = None

@@ -21,7 +21,7 @@ from localspec.drafters.base import Drafter, DrafterNeeds
 from localspec.drafters.draft_model import GREEDY, pick_token, token_probability
 from localspec.errors import ConfigError
 from localspec.options import option
-from localspec.types import Draft, Features
+from localspec.types import Draft, Features, common_prefix
 
 HISTORY = 128  # the target's rows of the latest positions kept (a new turn resumes within them)
 
@@ -69,7 +69,6 @@ def build(target, options: MtpOptions | None, context) -> Drafter:
 class MtpDrafter(Drafter):
     name = "mtp"
     needs = DrafterNeeds(hidden_states=True)
-    keeps_rows = True  # the latest HISTORY rows
     # (observe is not needed: each feed cuts the layer's cache back to what the target kept)
 
     def __init__(self, head, target, seed: int | None = None) -> None:
@@ -78,11 +77,17 @@ class MtpDrafter(Drafter):
         self.rng = np.random.default_rng(seed)
         self._rows: dict[int, np.ndarray] = {}  # position -> the target's row there (the latest HISTORY)
         self._zero = np.zeros(head.hidden_size, np.float32)
+        self._held: list[int] = []  # the tokens of the positions its cache holds
         self.cost_per_token = head.time_step()
         self.drafted = 0
 
     def begin(self, prompt: Sequence[int]) -> None:
         self.target.use_mtp_features()  # another drafter (a bench method, a chat's earlier one) may have switched
+
+    def rows_held(self, context: Sequence[int]) -> int:
+        """The positions its cache holds of ``context``: a prompt cached while another drafter (or none) ran
+        is handed over again, else the layer would draft from a cache with a hole."""
+        return common_prefix(self._held, context[:-1])
 
     def _row(self, pos: int) -> np.ndarray:
         """The target's row at ``pos``; zeros before the start or where it is no longer kept (that pair
@@ -94,6 +99,7 @@ class MtpDrafter(Drafter):
         tokens = list(context[start : start + len(rows)])
         inputs = np.stack([self._row(start - 1), *rows[: len(tokens) - 1]]) if tokens else rows[:0]
         self.head.feed(tokens, inputs, start)
+        self._held[start:] = tokens
         for i, row in enumerate(rows[: len(tokens)]):
             self._rows[start + i] = row
         last = start + len(tokens) - 1
@@ -108,8 +114,8 @@ class MtpDrafter(Drafter):
         step = 0 if self.head.same_position else 1
         token, row = int(context[-1]), self._row(pos - 1)
         tokens, q_rows, confidence = [], [], []
-        for _ in range(max_tokens):
-            logits, row = self.head.step(token, row, pos)
+        for index in range(min(max_tokens, self.head.max_draft or max_tokens)):
+            logits, row = self.head.step(token, row, pos, index)
             token = pick_token(logits[: self.vocab], sampling, self.rng, self.vocab, q_rows)
             tokens.append(token)
             confidence.append(token_probability(logits, token))

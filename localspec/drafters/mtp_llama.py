@@ -7,6 +7,13 @@ Slot P of that cache takes the pair (token P, the target's hidden row of positio
 logits of the token after P and its own hidden row, which stands in for the target's when the layer drafts
 the next position from its own guess.
 
+A model with several MTP layers (Step-3.5, DeepSeek-V3.2/V4, GLM-5, Ling-3, Hunyuan-3: their llama.cpp graphs
+run the layer picked by ``llama_set_nextn_layer_offset``) chains them as llama.cpp's own driver does: layer i
+drafts token i + 1, so a draft is at most as long as the layers are many. Every layer's cache takes the
+target's pairs (each feed runs once per layer), and draft step i decodes the whole draft so far under layer
+i — the pending token with the target's row, then each draft token with the row of the layer that drafted
+it — since that layer's cache has nothing in the draft's positions yet.
+
 A Gemma-4 assistant (LlamaAssistantHead) is a small model of its own that reads the target's cache.
 """
 
@@ -20,6 +27,9 @@ from localspec.backends.llama_side import DECODE, SideContext, side_metadata, si
 from localspec.errors import ConfigError, ModelError
 
 SLACK = 72  # cache cells past the target's context: a draft of up to 64 tokens and the pending one
+# GGUF architectures whose llama.cpp MTP graph runs the layer llama_set_nextn_layer_offset picks; the others
+# run one MTP layer and abort on a model that declares more
+CHAINED_ARCHS = frozenset({"step35", "deepseek32", "deepseek4", "glm-dsa", "glm4moe", "bailingmoe3", "hy_v3", "mimo2"})
 
 
 class _RowHead(SideContext):
@@ -27,6 +37,7 @@ class _RowHead(SideContext):
     logits and a row of the target's width for its output token."""
 
     same_position = False  # every draft step at the pending token's position (else one position each)
+    max_draft: int | None = None  # the longest draft it makes (chained MTP layers: one token each)
 
     def _open(self, model, cparams, target) -> None:
         from localspec.backends.llama_cpp import _last_error
@@ -45,14 +56,18 @@ class _RowHead(SideContext):
         self.target = target
         self.n_batch, self.hidden_size, self.vocab_size = target.n_batch, target.hidden_size, target.vocab_size
 
-    def step(self, token: int, row: np.ndarray, pos: int) -> tuple[np.ndarray, np.ndarray]:
-        """The pair (token, row) at slot ``pos``, its cache cut back to it: (logits [V], its row [H])."""
+    def step(self, token: int, row: np.ndarray, pos: int, index: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Draft step ``index``: the pair (token, row) at slot ``pos``, its cache cut back to it: (logits [V],
+        its row [H])."""
         lib = self._lib
         lib.llama_memory_seq_rm(self._mem, 0, pos, -1)
         lib.llama_batch_ext_clear(self._batch)
         self._add(token, row, pos, True)
         self._process(DECODE)
-        logits = self._rows(lib.llama_get_logits(self._ctx), 1, self.vocab_size)[0]
+        return self._outputs()
+
+    def _outputs(self) -> tuple[np.ndarray, np.ndarray]:
+        logits = self._rows(self._lib.llama_get_logits(self._ctx), 1, self.vocab_size)[0]
         return logits, self._rows(self._nextn(self._ctx), 1, self.hidden_size)[0]
 
     def time_step(self) -> float:
@@ -74,6 +89,12 @@ class LlamaMtpHead(_RowHead):
                 f"nextn_predict_layers is 0 in its GGUF): use a GGUF that keeps them (e.g. a Qwen3.5 '-MTP' "
                 f"GGUF) or another drafter"
             )
+        arch = target.metadata("general.architecture")
+        if target.mtp_layers > 1 and arch not in CHAINED_ARCHS:
+            raise ConfigError(
+                f"{target.model_name} declares {target.mtp_layers} MTP layers, but llama.cpp runs one MTP layer "
+                f"of a {arch} model (chained layers: {', '.join(sorted(CHAINED_ARCHS))}); use another drafter"
+            )
         self._lib = target._lib
         try:
             self._open(target._model, side_params(target, target.n_ctx + SLACK), target)
@@ -81,20 +102,53 @@ class LlamaMtpHead(_RowHead):
             self.close()
             raise
         self.target_layers = target.mtp_layers
+        if self.target_layers > 1:
+            from localspec.backends.llama_ext import ext
+
+            self._layer = ext("llama_set_nextn_layer_offset")
+            self.max_draft = self.target_layers
+        self._draft: list = []  # chained layers: the pairs (token, row) of the draft being made
+
+    def _use_layer(self, index: int) -> None:
+        if self.max_draft:
+            self._layer(self._ctx, index)
 
     def feed(self, tokens, rows: np.ndarray, start: int) -> None:
-        """Put the pairs (tokens[i], rows[i]) into slots start.., dropping whatever the cache held from
-        ``start`` on; nothing is computed past the layer's keys and values."""
+        """Put the pairs (tokens[i], rows[i]) into slots start.. of every layer's cache, dropping whatever it
+        held from ``start`` on; nothing is computed past the layers' keys and values."""
         lib = self._lib
+        for layer in range(self.max_draft or 1):
+            self._use_layer(layer)
+            lib.llama_memory_seq_rm(self._mem, 0, start, -1)
+            for begin in range(0, len(tokens), self.n_batch):
+                lib.llama_batch_ext_clear(self._batch)
+                for i in range(begin, min(len(tokens), begin + self.n_batch)):
+                    self._add(tokens[i], rows[i], start + i, False)
+                self._process(DECODE)
+        self._use_layer(0)
+
+    def step(self, token: int, row: np.ndarray, pos: int, index: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        if not self.max_draft:
+            return super().step(token, row, pos, index)
+        if index >= self.max_draft:
+            raise ValueError(f"draft step {index}: the model has {self.max_draft} MTP layers")
+        self._draft = [*self._draft[:index], (token, row)]
+        start, lib = pos - index, self._lib
         lib.llama_memory_seq_rm(self._mem, 0, start, -1)
-        for begin in range(0, len(tokens), self.n_batch):
-            lib.llama_batch_ext_clear(self._batch)
-            for i in range(begin, min(len(tokens), begin + self.n_batch)):
-                self._add(tokens[i], rows[i], start + i, False)
+        lib.llama_batch_ext_clear(self._batch)
+        for i, (tok, r) in enumerate(self._draft):
+            self._add(tok, r, start + i, i == index)
+        self._use_layer(index)
+        try:
             self._process(DECODE)
+        finally:
+            self._use_layer(0)
+        return self._outputs()
 
     def describe(self) -> str:
-        return f"{self.target_layers} MTP layer(s) of the target"
+        if self.max_draft:
+            return f"{self.target_layers} chained MTP layers of the target (drafts of up to {self.max_draft})"
+        return "the MTP layer of the target"
 
     def close(self) -> None:
         self._free_batch()

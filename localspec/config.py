@@ -16,7 +16,7 @@ from localspec.drafters.context import DrafterContext
 from localspec.drafters.table import DRAFTERS, DrafterSetup, chain_members, drafter_kind
 from localspec.errors import ConfigError, LocalspecError
 from localspec.options import from_table
-from localspec.registry import HEAD_DRAFTERS, ModelEntry, Registry, load_registry, model_entry, resolve_model
+from localspec.registry import ASSISTANT, HEAD_DRAFTERS, ModelEntry, Registry, load_registry, model_entry, resolve_model
 from localspec.sampling import SamplingParams
 
 DEFAULT_DRAFTER = "suffix"  # when models.toml recommends none for the model
@@ -177,12 +177,15 @@ def _drafter_setup(args, entry: ModelEntry | None, registry: Registry, backend: 
     models_toml = {
         ("draft", "model"): known[0] if known else None,
         **{(d, "head"): entry.head(d, backend) if entry else None for d in HEAD_DRAFTERS},
+        ("mtp", "assistant"): entry.head(ASSISTANT, backend) if entry else None,
     }
     options = {}
     for name, kind in DRAFTERS.items():
         if kind.options is not None:
             options[name] = _options_of(args, kind, entry, models_toml, find_model, rows)
-    context = DrafterContext(seed=getattr(args, "seed", None), known_drafts=known, find_model=find_model)
+    context = DrafterContext(
+        seed=getattr(args, "seed", None), model=entry.name if entry else None, known_drafts=known, find_model=find_model
+    )
     return DrafterSetup(options, context)
 
 

@@ -19,11 +19,13 @@ from pathlib import Path
 from localspec.app_stores import Stores, found_prefix
 from localspec.errors import ConfigError, LocalspecError, ModelError
 from localspec.registry import (
+    ASSISTANT,
     HEAD_DRAFTERS,
     ModelEntry,
     Registry,
     gguf_on_disk,
     hf_cached,
+    hub_file,
     load_registry,
     local_file,
 )
@@ -97,6 +99,12 @@ def pull(
             head = entry.head(drafter, backend)
             if head:
                 done.append(_pull_head(entry, drafter, head, backend, done[0].path, say))
+        assistant = entry.head(ASSISTANT, backend)
+        if assistant:
+            repo, file = hub_file(assistant)
+            say(f"MTP assistant {repo}/{file}")
+            path = download_file(repo, file)
+            done.append(Pulled(f"{entry.name} mtp assistant", backend, path, path.stat().st_size))
     return done
 
 

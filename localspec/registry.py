@@ -39,11 +39,13 @@ _ENTRY_KEYS = {
     "dspark": dict,
     "medusa": dict,
     "mlp": dict,
+    "mtp": dict,
 }  # and a table per drafter with options, [models.NAME.DRAFTER], checked against the drafter's options by config.py
 _GGUF_KEYS = {"repo": str, "quant": str, "files": dict}
 _REPO_KEYS = {"repo": str}
 _HEAD_KEYS = {"torch": str, "mlx": str, "llama.cpp": str}
 HEAD_DRAFTERS = ("eagle", "dflash", "dspark", "medusa", "mlp")  # drafters whose heads models.toml names per backend
+ASSISTANT = "mtp"  # [models.NAME.mtp] "llama.cpp" = "repo/file.gguf": a model's own MTP drafter (Gemma-4's assistant)
 
 
 @dataclass(frozen=True)
@@ -173,8 +175,14 @@ def _entry(name: str, table, where: str) -> ModelEntry:
     drafter_tables = {k: v for k, v in table.items() if k not in _ENTRY_KEYS and isinstance(v, dict)}
     _check_keys({k: v for k, v in table.items() if k not in drafter_tables}, _ENTRY_KEYS, here)
     subtables = {"gguf": _GGUF_KEYS, "mlx": _REPO_KEYS, "torch": _REPO_KEYS} | dict.fromkeys(HEAD_DRAFTERS, _HEAD_KEYS)
-    for key, allowed in subtables.items():
+    for key, allowed in (subtables | {ASSISTANT: {"llama.cpp": str}}).items():
         _check_keys(table.get(key, {}), allowed, f"{where}, [models.{name}.{key}]")
+    for spec in table.get(ASSISTANT, {}).values():
+        if not hub_file(spec):
+            raise ConfigError(
+                f"{where}, [models.{name}.{ASSISTANT}]: {spec!r} must name a GGUF file in a Hub repo, as "
+                f"'owner/repo/file.gguf'"
+            )
     gguf = table.get("gguf", {})
     if gguf:
         _check_gguf_table(gguf, f"{where}, [models.{name}.gguf]")
@@ -204,7 +212,7 @@ def _entry(name: str, table, where: str) -> ModelEntry:
         dict(gguf.get("files", {})),
         table.get("mlx", {}).get("repo"),
         table.get("torch", {}).get("repo"),
-        {d: dict(table[d]) for d in HEAD_DRAFTERS if d in table},
+        {d: dict(table[d]) for d in (*HEAD_DRAFTERS, ASSISTANT) if d in table},
         drafter_tables,
         where,
     )
@@ -324,6 +332,14 @@ def hf_snapshot(repo: str) -> Path | None:
     except Exception:  # not downloaded, offline, or huggingface_hub missing
         return None
     return folder if (folder / "config.json").is_file() else None
+
+
+def hub_file(spec: str) -> tuple[str, str] | None:
+    """("owner/repo", "file.gguf") of a models.toml spec 'owner/repo/file.gguf', else None."""
+    parts = spec.split("/") if isinstance(spec, str) else []
+    if len(parts) < 3 or not all(parts) or not spec.endswith(".gguf"):
+        return None
+    return "/".join(parts[:2]), "/".join(parts[2:])
 
 
 def hf_cached(repo: str, file: str) -> Path | None:

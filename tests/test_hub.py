@@ -309,3 +309,40 @@ def test_medusa_heads_and_an_mlp_speculator_are_pulled_for_torch(hub, tmp_path):
     ):
         snapshot = next((tmp_path / "hf" / "hub" / f"models--test--{repo}" / "snapshots").iterdir())
         assert {p.name for p in snapshot.iterdir()} == files
+
+
+def test_a_models_own_mtp_assistant_is_pulled_beside_it_and_used_by_drafter_mtp(tmp_path):
+    """A Gemma-4-style entry whose [models.NAME.mtp] names the assistant GGUF in the target's repo: `pull`
+    fetches both, and `--drafter mtp` drafts with the assistant (a token-reading one on an identity target:
+    every draft token right) without --mtp-assistant; pulled without it (--no-drafts), it says to pull."""
+    from tiny_gemma4 import write_tiny_assistant, write_tiny_gemma4
+
+    target = write_tiny_gemma4(tmp_path / "g4.gguf", trunk="identity")
+    assistant = write_tiny_assistant(tmp_path / "mtp-g4.gguf", mode="token")
+    server = Hub()
+    server.add("test/g4-GGUF", "g4-f32.gguf", target.read_bytes())
+    server.add("test/g4-GGUF", "mtp-g4-f32.gguf", assistant.read_bytes())
+    server.start()
+    try:
+        (tmp_path / "models.toml").write_text(
+            '[models.g4]\n[models.g4.gguf]\nrepo = "test/g4-GGUF"\nfiles = { F32 = "g4-f32.gguf" }\n'
+            '[models.g4.mtp]\n"llama.cpp" = "test/g4-GGUF/mtp-g4-f32.gguf"\n'
+        )
+        env = {
+            "HF_ENDPOINT": server.url,
+            "HF_HOME": str(tmp_path / "hf"),
+            "LOCALSPEC_MODELS": str(tmp_path / "models.toml"),
+            "LOCALSPEC_DATA": str(tmp_path / "data"),
+        }
+        args = ("run", "--model", "g4", "--drafter", "mtp", "-k", "4", "--temperature", "0", "--max-tokens", "24")
+        assert run_cli("pull", "g4", "--no-drafts", env=env).returncode == 0  # the target alone
+        assert_fails_with(run_cli(*args, "abc", env=env), "MTP assistant of g4", "not downloaded", "localspec pull g4")
+        pulled = run_cli("pull", "g4", env=env)
+        assert pulled.returncode == 0, pulled.stderr
+        assert "MTP assistant test/g4-GGUF/mtp-g4-f32.gguf" in pulled.stderr + pulled.stdout
+        ran = run_cli(*args, "--json", "abc", env=env)
+    finally:
+        server.stop()
+    assert ran.returncode == 0, ran.stderr
+    stats = json.loads(ran.stdout)["stats"]
+    assert stats["drafted"] > 0 and stats["accepted"] == stats["drafted"]

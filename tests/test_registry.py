@@ -2,7 +2,7 @@ import pytest
 
 from localspec.config import load_models
 from localspec.errors import ConfigError, ModelError
-from localspec.registry import load_registry, resolve_model
+from localspec.registry import hub_file, load_registry, resolve_model
 
 
 def write(tmp_path, text):
@@ -43,6 +43,10 @@ def test_builtin_registry_has_the_default_model():
     assert default_backend(registry.get("qwen2.5-coder-1.5b")) in ("llama.cpp", "mlx")
     qwen35 = registry.get("qwen3.5-4b")  # a hybrid model with an MTP layer: a chain with its own MTP drafter
     assert qwen35.drafters[0] == "suffix+mtp" and qwen35.gguf_file().endswith(".gguf") and not qwen35.drafts
+    for name in ("qwen3.5-2b", "qwen3.5-9b", "gemma-4-e2b", "gemma-4-e4b"):  # hybrid with MTP, or with an assistant
+        assert registry.get(name).sources() == ["llama.cpp", "mlx"] and "mtp" in registry.get(name).drafters, name
+    gemma = registry.get("gemma-4-e2b")  # its assistant sits in the target's repo
+    assert hub_file(gemma.head("mtp", "llama.cpp")) == (gemma.gguf_repo, "mtp-gemma-4-E2B-it-Q8_0.gguf")
 
 
 def test_user_file_adds_models(tmp_path):
@@ -64,6 +68,11 @@ def test_user_file_adds_models(tmp_path):
         ("[models.a]\n[models.a.gguf]\nrepo = 'r'\nquant = 'Q8'\nfiles = { Q4 = 'a.gguf' }\n", ["'quant'", "Q8"]),
         ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.mlx]\nrepos = 'x'\n", ["[models.a.mlx]", "'repos'"]),
         ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.eagle]\nllama = 'x'\n", ["[models.a.eagle]", "'llama'"]),
+        (
+            "[models.a]\nembedded = 'p/f.gguf'\n[models.a.mtp]\n'llama.cpp' = 'o/r'\n",
+            ["[models.a.mtp]", "owner/repo/file"],
+        ),
+        ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.mtp]\ntorch = 'o/r/a.gguf'\n", ["[models.a.mtp]", "'torch'"]),
         ("[models.a]\nembedded = 'p/f.gguf'\ndrafters = ['magic']\n", ["'drafters'", "'magic'"]),
         ("[models.a]\nembedded = 'p/f.gguf'\ndrafters = ['mtp+suffix']\n", ["'drafters'", "COPY+MODEL"]),
         ("[models.a]\nembedded = 'p/f.gguf'\n[models.a.ngram]\nmin = 5\nmax = 2\n", ["[models.a.ngram]", "min"]),

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from localspec.drafters.base import Drafter, DrafterNeeds
 from localspec.drafters.draft_model import GREEDY, pick_token, token_probability
-from localspec.errors import ConfigError
+from localspec.errors import ConfigError, ModelError
 from localspec.options import option
+from localspec.registry import hf_cached, hub_file
 from localspec.types import Draft, Features, common_prefix
 
 HISTORY = 128  # the target's rows of the latest positions kept (a new turn resumes within them)
@@ -55,7 +57,7 @@ def build(target, options: MtpOptions | None, context) -> Drafter:
     if spec:
         from localspec.drafters.mtp_llama import LlamaAssistantHead
 
-        head = LlamaAssistantHead(context.find_model(spec) if context.find_model else spec, target)
+        head = LlamaAssistantHead(_assistant_file(spec, target, context), target)
     else:
         head = LlamaMtpHead(target)
     try:
@@ -64,6 +66,22 @@ def build(target, options: MtpOptions | None, context) -> Drafter:
     except BaseException:
         head.close()
         raise
+
+
+def _assistant_file(spec: str, target, context):
+    """The assistant GGUF: a path, a models.toml name, or the 'owner/repo/file.gguf' models.toml gives a model
+    (in the Hugging Face cache once `localspec pull` has downloaded it)."""
+    on_hub = hub_file(spec)
+    if on_hub and not Path(spec).expanduser().exists():
+        found = hf_cached(*on_hub)
+        if found is None:
+            model = context.model or target.model_name
+            raise ModelError(
+                f"the MTP assistant of {model}, {spec}, is not downloaded: localspec pull {model} (or "
+                f"--mtp-assistant PATH.gguf)"
+            )
+        return found
+    return context.find_model(spec) if context.find_model else spec
 
 
 class MtpDrafter(Drafter):

@@ -7,8 +7,8 @@ Slot P of that cache takes the pair (token P, the target's hidden row of positio
 logits of the token after P and its own hidden row, which stands in for the target's when the layer drafts
 the next position from its own guess.
 
-A model with several MTP layers (Step-3.5, DeepSeek-V3.2/V4, GLM-5, Ling-3, Hunyuan-3: their llama.cpp graphs
-run the layer picked by ``llama_set_nextn_layer_offset``) chains them as llama.cpp's own driver does: layer i
+A model with several MTP layers (Step-3.5 and the other CHAINED_ARCHS: their llama.cpp graphs run the layer
+picked by ``llama_set_nextn_layer_offset``) chains them as llama.cpp's own driver does: layer i
 drafts token i + 1, so a draft is at most as long as the layers are many. Every layer's cache takes the
 target's pairs (each feed runs once per layer), and draft step i decodes the whole draft so far under layer
 i — the pending token with the target's row, then each draft token with the row of the layer that drafted

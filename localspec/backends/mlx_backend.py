@@ -3,8 +3,9 @@
 A model folder (config.json, safetensors, tokenizer.json; what `localspec pull NAME --backend mlx`
 downloads) is loaded with mlx-lm's own classes; the tokenizer and chat template come from the folder
 through the `tokenizers` package. The KV cache is mlx-lm's prompt cache; rolling back rejected tokens trims
-it, so models whose cache cannot be trimmed (sliding-window rotating caches, recurrent state) are refused
-for speculation before anything is generated.
+it. A hybrid model's recurrent state (Qwen3.5) is rolled back from snapshots (mlx_rollback.py); models whose
+cache can be neither (a sliding-window cache that wraps) are refused for speculation before anything is
+generated.
 
 Hidden states without touching mlx-lm's code: the decoder layers and the final norm of the inner model
 get a subclass whose call also records its input (a layer) or output (the norm), so EAGLE heads can be
@@ -67,27 +68,38 @@ class MlxBackend(ModelBackend):
         return self
 
     def _setup(self, model, tokenizer: Backend, n_ctx: int | None, max_positions: int | None, name: str) -> None:
-        from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
+        from mlx_lm.models.cache import can_trim_prompt_cache
 
         self.model, self.tokenizer = model, tokenizer
-        self.cache = make_prompt_cache(model)
+        self._new_cache()
         inner = getattr(model, "model", None)
         self._inner = inner if inner is not None and hasattr(inner, "layers") and hasattr(inner, "norm") else None
         self.n_ctx = min(n_ctx or DEFAULT_CTX, max_positions or DEFAULT_CTX * 32)
         self.capabilities = Capabilities(
-            can_truncate=can_trim_prompt_cache(self.cache) and self._never_wraps(),
+            can_truncate=(can_trim_prompt_cache(self.cache) or self._snapshots is not None) and self._never_wraps(),
             hidden_states=self._inner is not None,
             tree_attention=False,
             feature_layers=self._inner is not None,
         )
-        self.vocab_size = int(model.args.vocab_size) if hasattr(model, "args") else tokenizer.vocab_size
+        args = _text_args(model)
+        self.vocab_size = int(args.vocab_size) if args else tokenizer.vocab_size
         self._take_tokenizer(tokenizer)
         self.model_name = name
         self._captured: dict = {}
         self.hidden_layers: tuple[int, ...] = (-1,)
-        self.feature_width = int(model.args.hidden_size) if hasattr(model, "args") else 0
+        self.hidden_size = int(args.hidden_size) if args else 0
+        self.feature_width = self.hidden_size
         if self._inner is not None:
             self._install_capture()
+
+    def _new_cache(self) -> None:
+        from mlx_lm.models.cache import make_prompt_cache
+
+        from localspec.backends.mlx_rollback import Snapshots, recurrent_caches
+
+        self.cache = make_prompt_cache(self.model)
+        arrays = recurrent_caches(self.cache)
+        self._snapshots = Snapshots(arrays) if arrays else None
 
     def _never_wraps(self) -> bool:
         """A rotating (sliding-window) cache can be trimmed only until it wraps: refuse it unless its window
@@ -119,7 +131,7 @@ class MlxBackend(ModelBackend):
         if not layers or any(not -1 <= i < n for i in layers):
             raise ConfigError(f"hidden layers {tuple(layers)} asked of a {n}-layer model")
         self.hidden_layers = tuple(layers)
-        self.feature_width = int(self.model.args.hidden_size) * len(layers)
+        self.feature_width = self.hidden_size * len(layers)
 
     def _features(self) -> np.ndarray:
         mx = _mlx()
@@ -128,19 +140,39 @@ class MlxBackend(ModelBackend):
 
     # -- cache ----------------------------------------------------------------------------------------
     def truncate(self, keep: int) -> None:
-        from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+        from mlx_lm.models.cache import trim_prompt_cache
 
         keep = max(0, keep)
         drop = len(self._tokens) - keep
         if drop <= 0:
             return
-        if self.capabilities.can_truncate:
+        if self._snapshots is not None:  # a recurrent state: back to a snapshot, then the kept tokens again
+            start = self._snapshots.restore(keep)
+            if start is not None:
+                replay = self._tokens[start:keep]
+                _trim_by_position(self.cache, len(self._tokens) - start)
+                del self._tokens[start:]
+                if replay:
+                    self._run(replay, logits=False, capture=False)
+                return
+        elif self.capabilities.can_truncate:
             trim_prompt_cache(self.cache, drop)
             del self._tokens[keep:]
-        else:  # a cache that cannot be trimmed (plain decoding only) is rebuilt from the kept tokens
-            kept = self._tokens[:keep]
-            self.cache, self._tokens = make_prompt_cache(self.model), []
-            self.prefill(kept)
+            return
+        # a cache that cannot be trimmed (plain decoding only; a cut before every snapshot) is rebuilt
+        kept = self._tokens[:keep]
+        self._new_cache()
+        self._tokens = []
+        self.prefill(kept)
+
+    @property
+    def checkpoints(self) -> bool:
+        """Whether the cache rolls back from snapshots of a recurrent state (the load report says so)."""
+        return self._snapshots is not None
+
+    def checkpoint(self) -> None:
+        if self._snapshots is not None:
+            self._snapshots.pin(len(self._tokens))
 
     def _prefill_chunk(self, tokens: Sequence[int], features: bool) -> np.ndarray | None:
         self._run(tokens, logits=False, capture=features)
@@ -156,6 +188,8 @@ class MlxBackend(ModelBackend):
         if len(self._tokens) + len(tokens) > self.n_ctx:
             raise ContextOverflow(f"the context is full ({self.n_ctx} tokens); start a new chat or raise --ctx")
         ids = mx.array([list(tokens)], dtype=mx.int32)
+        if self._snapshots is not None:
+            self._snapshots.before_call(len(self._tokens))
         self._captured["on"] = capture
         try:
             if logits or self._inner is None:
@@ -182,3 +216,18 @@ class MlxBackend(ModelBackend):
     def close(self) -> None:
         super().close()
         self.cache = None
+
+
+def _text_args(model):
+    """The text model's arguments (vocab_size, hidden_size): a multimodal checkpoint's (Qwen3.5, Gemma-4)
+    are its language model's."""
+    language = getattr(model, "language_model", None)
+    args = getattr(language, "args", None) or getattr(model, "args", None)
+    return args if hasattr(args, "vocab_size") else None
+
+
+def _trim_by_position(cache, n: int) -> None:
+    """Trim ``n`` positions off every cache that trims by position (the recurrent ones are put back)."""
+    for c in cache:
+        if c.is_trimmable():
+            c.trim(n)

@@ -2,7 +2,9 @@
 step (tau), acceptance and whether greedy output equals plain decoding, per MTP block kind and K. Correctness
 evidence, not speed: the "token" block on an identity trunk predicts every token (tau = K + 1 when the pairing
 is right), the "hidden" block repeats the pending token (tau near 1), the token block on a random trunk is
-right part of the time, a random block is a random drafter.
+right part of the time, a random block is a random drafter. Chained layers (tiny Step-3.5-layout GGUFs with
+three MTP blocks, tests/tiny_step35.py) draft at most three tokens: three token-reading layers on an identity
+trunk give tau = min(K, 3) + 1.
     python benchmarks/mtp_tiny.py [--out benchmarks/results/mtp-tiny-qwen35.json]
 """
 
@@ -17,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from tiny_hybrid import write_tiny_qwen35  # noqa: E402
+from tiny_step35 import write_tiny_step35  # noqa: E402
 
 from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
 from localspec.drafters.base import NoDrafter  # noqa: E402
@@ -26,11 +29,14 @@ from localspec.engine import generate  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 from localspec.speclen import FixedK  # noqa: E402
 
-MODELS = {
-    "token": ("token", "identity"),
-    "hidden": ("hidden", "identity"),
-    "token-on-random-trunk": ("token", "random"),  # right part of the time: acceptance in between
-    "random": ("random", "random"),
+MODELS = {  # kind -> how its GGUF is written
+    "token": lambda path: write_tiny_qwen35(path, mtp="token", trunk="identity"),
+    "hidden": lambda path: write_tiny_qwen35(path, mtp="hidden", trunk="identity"),
+    # right part of the time: acceptance in between
+    "token-on-random-trunk": lambda path: write_tiny_qwen35(path, mtp="token", trunk="random"),
+    "random": lambda path: write_tiny_qwen35(path, mtp="random", trunk="random"),
+    "chained-3-token (step35)": lambda path: write_tiny_step35(path, heads=("token",) * 3, trunk="identity"),
+    "chained-3-random (step35)": lambda path: write_tiny_step35(path, heads=("random",) * 3),
 }
 
 
@@ -41,8 +47,8 @@ def main() -> None:
     args = ap.parse_args()
     greedy, rows = SamplingParams(temperature=0), []
     folder = Path(tempfile.mkdtemp())
-    for kind, (mtp, trunk) in MODELS.items():
-        path = write_tiny_qwen35(folder / f"{kind}.gguf", mtp=mtp, trunk=trunk)
+    for i, (kind, write) in enumerate(MODELS.items()):
+        path = write(folder / f"model-{i}.gguf")
         with LlamaCppBackend(path, n_ctx=1024, n_threads=2) as backend:
             prompt = backend.tokenize("the quick brown fox jumps over the lazy dog and")
             plain = generate(backend, NoDrafter(), prompt, greedy, max_tokens=args.tokens)
@@ -63,7 +69,8 @@ def main() -> None:
                     print(rows[-1], flush=True)
             finally:
                 drafter.close()
-    Path(args.out).write_text(json.dumps({"model": "tiny random qwen35 + MTP block", "runs": rows}, indent=1) + "\n")
+    model = "tiny random qwen35 + MTP block; step35 + 3 MTP blocks"
+    Path(args.out).write_text(json.dumps({"model": model, "runs": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

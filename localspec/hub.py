@@ -429,12 +429,14 @@ def remove(name: str, registry: Registry | None = None) -> list[str]:
         unregister_local(name)
         return [f"forgot the alias {name} (the file {entry.path} stays)"]
     removed = []
-    for file in entry.gguf_files.values():
-        found = hf_cached(entry.gguf_repo, file)
+    files = [(entry.gguf_repo, file) for file in entry.gguf_files.values()]
+    assistant = entry.head(ASSISTANT, "llama.cpp")  # its own MTP drafter, of no use without it
+    for repo, file in files + ([hub_file(assistant)] if assistant else []):
+        found = hf_cached(repo, file)
         if found:
             size = found.stat().st_size
             _remove_cached(found)
-            removed.append(f"removed {entry.gguf_repo}/{file} ({size / 2**20:.0f} MB)")
+            removed.append(f"removed {repo}/{file} ({size / 2**20:.0f} MB)")
     if not removed:
         hint = " (it is installed as a Python package: pip uninstall it)" if entry.embedded else ""
         stores = Stores()

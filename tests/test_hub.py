@@ -346,3 +346,6 @@ def test_a_models_own_mtp_assistant_is_pulled_beside_it_and_used_by_drafter_mtp(
     assert ran.returncode == 0, ran.stderr
     stats = json.loads(ran.stdout)["stats"]
     assert stats["drafted"] > 0 and stats["accepted"] == stats["drafted"]
+    removed = run_cli("rm", "g4", env=env)  # the assistant goes with its model
+    assert removed.returncode == 0 and "removed test/g4-GGUF/mtp-g4-f32.gguf" in removed.stdout
+    assert not list((tmp_path / "hf").rglob("*.gguf"))

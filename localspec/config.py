@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 
 from localspec.drafters.context import DrafterContext
-from localspec.drafters.table import DRAFTERS, DrafterSetup, chain_members, drafter_kind
+from localspec.drafters.table import DRAFTERS, DrafterSetup, chain_members, drafter_kind, runs_on
 from localspec.errors import ConfigError, LocalspecError
 from localspec.options import from_table
 from localspec.registry import ASSISTANT, HEAD_DRAFTERS, ModelEntry, Registry, load_registry, model_entry, resolve_model
@@ -115,7 +115,8 @@ def settings_from_args(args, registry: Registry | None = None) -> Settings:
     name, path, missing = _find(spec, registry, backend)
     shown = path if path is not None else f"(not available: {missing})"
     rows.rows.append(("path", shown, "models.toml" if entry else "flag"))
-    recommended = entry.drafters[0] if entry and entry.drafters else None
+    # the model's first recommended drafter that runs on the backend (mtp, say, not on MLX)
+    recommended = next((d for d in (entry.drafters if entry else ()) if runs_on(d, backend)), None)
     drafter = rows.pick(
         "drafter", (flag("drafter"), "flag"), (recommended, "models.toml"), (DEFAULT_DRAFTER, "default")
     )

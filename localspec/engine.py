@@ -133,8 +133,10 @@ def stream_generate(
             )
             stats.decode_s = now - started
             yield TokenEvent(tuple(emitted), text, from_draft, stats, finish, min(draft_chars, len(text)))
-        if features is not None:  # the last step's features: a feature-fed drafter keeps its cache whole
-            drafter.feed(context, features)
+        _hand_over(drafter, context, features)
+    except GeneratorExit:  # the caller stopped the answer: the part it keeps is the drafter's too
+        _hand_over(drafter, context, features)
+        raise
     finally:
         backend.truncate(len(context) - 1)  # restore the invariant, whatever happened mid-step
         drafter.end()
@@ -142,6 +144,12 @@ def stream_generate(
         stats.speclen = policy.figures()
         if stats.generated:
             stats.decode_s = time.perf_counter() - started
+
+
+def _hand_over(drafter: Drafter, context: list[int], features: Features | None) -> None:
+    """The last step's features: a feature-fed drafter keeps its cache whole."""
+    if features is not None:
+        drafter.feed(context, features)
 
 
 def _check_request(backend: Backend, drafter: Drafter, prompt: Sequence[int], max_tokens: int) -> None:

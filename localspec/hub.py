@@ -354,6 +354,10 @@ def listing(registry: Registry | None = None) -> list[dict]:
             hit = gguf_on_disk(entry, quant, stores)
             if hit:
                 on_disk.append((f"llama.cpp {quant}", *hit))
+        assistant = entry.head(ASSISTANT, "llama.cpp")
+        found = assistant and hf_cached(*hub_file(assistant))
+        if found:
+            on_disk.append(("llama.cpp mtp assistant", found, None))
         downloaded = [_disk_row(backend, path, app) for backend, path, app in on_disk]
         shown |= {Path(d["path"]) for d in downloaded}
         mtp = any(d["mtp_layers"] for d in downloaded) and "mtp" not in entry.drafters

@@ -64,6 +64,15 @@ def test_models_toml_tables_reach_the_drafter_and_flags_override_them(tmp_path, 
     assert rows["ngram.min"] == (3, "models.toml") and rows["models_file"][1] == "environment (LOCALSPEC_MODELS)"
 
 
+@pytest.mark.parametrize("backend, want", [("llama.cpp", "suffix+mtp"), ("torch", "suffix+mtp"), ("mlx", "suffix")])
+def test_the_recommended_drafter_is_the_first_that_runs_on_the_backend(backend, want):
+    """qwen3.5-4b recommends suffix+mtp, mtp, suffix: MLX has no MTP drafter, so it gets suffix."""
+    settings = settings_from_args(
+        build_parser().parse_args(["run", "x", "--model", "qwen3.5-4b", "--backend", backend])
+    )
+    assert settings.drafter == want
+
+
 def test_models_toml_accepts_exactly_the_drafters_toml_keys(tmp_path):
     for kind in DRAFTERS.values():
         for info in kind.option_infos():

@@ -336,7 +336,7 @@ def test_a_models_own_mtp_assistant_is_pulled_beside_it_and_used_by_drafter_mtp(
         }
         args = ("run", "--model", "g4", "--drafter", "mtp", "-k", "4", "--temperature", "0", "--max-tokens", "24")
         assert run_cli("pull", "g4", "--no-drafts", env=env).returncode == 0  # the target alone
-        assert_fails_with(run_cli(*args, "abc", env=env), "MTP assistant of g4", "not downloaded", "localspec pull g4")
+        assert_fails_with(run_cli(*args, "abc", env=env), "test/g4-GGUF/mtp-g4-f32.gguf", "localspec pull g4")
         pulled = run_cli("pull", "g4", env=env)
         assert pulled.returncode == 0, pulled.stderr
         assert "MTP assistant test/g4-GGUF/mtp-g4-f32.gguf" in pulled.stderr + pulled.stdout
@@ -346,6 +346,9 @@ def test_a_models_own_mtp_assistant_is_pulled_beside_it_and_used_by_drafter_mtp(
     assert ran.returncode == 0, ran.stderr
     stats = json.loads(ran.stdout)["stats"]
     assert stats["drafted"] > 0 and stats["accepted"] == stats["drafted"]
+    listed = json.loads(run_cli("list", "--json", env=env).stdout)
+    (row,) = [r for r in listed if r["name"] == "g4"]
+    assert [d["backend"] for d in row["downloaded"]] == ["llama.cpp F32", "llama.cpp mtp assistant"]
     removed = run_cli("rm", "g4", env=env)  # the assistant goes with its model
     assert removed.returncode == 0 and "removed test/g4-GGUF/mtp-g4-f32.gguf" in removed.stdout
     assert not list((tmp_path / "hf").rglob("*.gguf"))

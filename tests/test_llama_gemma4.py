@@ -99,3 +99,14 @@ def test_sampled_assistant_drafts_keep_the_targets_distribution(tmp_path):
         drafter.close()
     assert {0, 1} <= accepted
     assert chi_square_p(counts, dist) > 1e-3
+
+
+def test_an_assistant_needs_only_the_last_prompt_row_of_a_prompt_cached_without_it(tmp_path):
+    """The assistant reads the target's cache and keeps none of its own: a prompt cached by plain decoding
+    is not prefilled again for it, only its last position (whose row it drafts from)."""
+    target, drafter = pair(tmp_path, "identity", "token")
+    with target:
+        generate(target, NoDrafter(), PROMPT, GREEDY, max_tokens=8)
+        out = generate(target, drafter, PROMPT, GREEDY, max_tokens=20, draft_tokens=FixedK(4))
+        drafter.close()
+    assert out.stats.prefill_tokens == 1 and out.stats.accepted == out.stats.drafted > 0

@@ -150,3 +150,29 @@ def test_list_finds_the_mtp_layer_in_the_file_not_in_its_name(tmp_path):
     rows = {row["name"]: row for row in listing(Registry("m0", models))}
     assert rows["m0"]["drafters"] == ["suffix", "mtp"] and rows["m0"]["downloaded"][0]["mtp_layers"] == 1
     assert rows["m1"]["drafters"] == rows["m2"]["drafters"] == ["suffix"]
+
+
+def test_a_stopped_answer_and_a_prompt_cached_without_it_are_handed_over_once(partial_mtp):
+    """The chat's stop button closes the stream mid-answer: the kept part still reaches the MTP layer, so the
+    next turn prefills only its new tokens. A prompt cached by plain decoding is handed over the first time
+    the drafter meets it, and not again."""
+    from localspec.engine import stream_generate
+
+    prompt = prompt_of(partial_mtp)
+    partial_mtp.truncate(0)
+    generate(partial_mtp, NoDrafter(), prompt, GREEDY, max_tokens=8)  # caches the prompt without the drafter
+    drafter = build(partial_mtp, None, DrafterContext(seed=0))
+    try:
+        first = generate(partial_mtp, drafter, prompt, GREEDY, max_tokens=4, draft_tokens=FixedK(2))
+        assert first.stats.prefill_tokens == len(prompt) - 1  # handed over: the drafter had none of it
+        answer = list(first.tokens)
+        stream = stream_generate(partial_mtp, drafter, prompt + answer, GREEDY, max_tokens=40, draft_tokens=FixedK(3))
+        for _ in range(4):
+            answer += list(next(stream).tokens)
+        stream.close()  # stopped: the answer so far is kept
+        cached = partial_mtp.cached_len
+        turn = prompt + answer + partial_mtp.tokenize(" and then")
+        nxt = generate(partial_mtp, drafter, turn, GREEDY, max_tokens=4, draft_tokens=FixedK(2))
+    finally:
+        drafter.close()
+    assert nxt.stats.prefill_tokens == len(turn) - 1 - cached

@@ -10,7 +10,7 @@ from localspec.backends.llama_cpp import LlamaCppBackend
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.context import DrafterContext
 from localspec.drafters.mtp import build
-from localspec.drafters.mtp_llama import LlamaMtpHead
+from localspec.drafters.mtp_llama import LlamaMtpHead, _RowHead
 from localspec.engine import generate
 from localspec.sampling import SamplingParams
 from localspec.speclen import FixedK
@@ -84,9 +84,26 @@ def chain(head, token, row, pos):
     return steps
 
 
+def chain_pair_by_pair(head, token, row, pos):
+    """The same steps built independently: under layer i, the pairs of the draft so far decoded one at a
+    time at positions pos, pos + 1, ... (the single-pair step at explicit positions), as llama.cpp's driver
+    places them."""
+    steps, pairs = [], []
+    for index in range(head.max_draft):
+        pairs.append((token, row))
+        head._use_layer(index)
+        for t, (tok, r) in enumerate(pairs):
+            logits, out = _RowHead.step(head, tok, r, pos + t)
+        head._use_layer(0)
+        steps.append((logits, out))
+        token, row = int(np.argmax(logits)), out
+    return steps
+
+
 def test_every_layers_cache_matches_a_fresh_one_over_turns_with_cuts(tmp_path_factory):
     """Random layers on a random trunk (drafts mostly rejected, so the caches are cut every step): late in
-    a second turn, each draft step's logits and rows equal those of a fresh chain fed the whole context.
+    a second turn, each draft step's logits and rows equal those of a fresh head fed the whole context and
+    drafting pair by pair at explicit positions.
     The prompt was cached by plain decoding first, so the drafter must have been handed it again."""
     with load(tmp_path_factory, ("random", "random")) as backend:
         prompt = prompt_of(backend)
@@ -104,7 +121,7 @@ def test_every_layers_cache_matches_a_fresh_one_over_turns_with_cuts(tmp_path_fa
                     fresh.feed(context[:pos], np.stack([rows.get(p - 1, zero) for p in range(pos)]), 0)
                     compared.append(
                         (
-                            chain(fresh, context[-1], rows[pos - 1], pos),
+                            chain_pair_by_pair(fresh, context[-1], rows[pos - 1], pos),
                             chain(drafter.head, context[-1], rows[pos - 1], pos),
                         )
                     )

@@ -75,10 +75,10 @@ def _assistant_file(spec: str, target, context):
     if on_hub and not Path(spec).expanduser().exists():
         found = hf_cached(*on_hub)
         if found is None:
-            model = context.model or target.model_name
+            pull = f"`localspec pull {context.model}` downloads the one models.toml names, or " if context.model else ""
             raise ModelError(
-                f"the MTP assistant of {model}, {spec}, is not downloaded: localspec pull {model} (or "
-                f"--mtp-assistant PATH.gguf)"
+                f"the MTP assistant {spec} is neither a file nor downloaded: {pull}pass --mtp-assistant PATH.gguf "
+                f"(a gemma4-assistant GGUF)"
             )
         return found
     return context.find_model(spec) if context.find_model else spec
@@ -104,8 +104,12 @@ class MtpDrafter(Drafter):
 
     def rows_held(self, context: Sequence[int]) -> int:
         """The positions its cache holds of ``context``: a prompt cached while another drafter (or none) ran
-        is handed over again, else the layer would draft from a cache with a hole."""
-        return common_prefix(self._held, context[:-1])
+        is handed over again, else the layer would draft from a cache with a hole. An assistant keeps no
+        cache (it reads the target's): it needs only the target's row before the pending token."""
+        held = common_prefix(self._held, context[:-1])
+        if self.head.same_position and held < len(context) - 1:
+            return max(len(context) - 2, 0)
+        return held
 
     def _row(self, pos: int) -> np.ndarray:
         """The target's row at ``pos``; zeros before the start or where it is no longer kept (that pair

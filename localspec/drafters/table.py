@@ -35,6 +35,7 @@ class DrafterKind:
     options: type | None  # its options dataclass (None: it has none)
     build: Callable[[Backend | None, object, DrafterContext], Drafter]
     role: str = ""  # in a chain (COPY+MODEL): "copy" (a free lookup) or "model" (drafting costs forwards)
+    backends: tuple[str, ...] = ("llama.cpp", "mlx", "torch")  # the backends it runs on
 
     def option_infos(self) -> list[OptionInfo]:
         return describe(self.options, self.name) if self.options else []
@@ -93,6 +94,7 @@ DRAFTERS: dict[str, DrafterKind] = {
             mtp.MtpOptions,
             mtp.build,
             "model",
+            ("llama.cpp", "torch"),
         ),
         DrafterKind(
             "dflash",
@@ -101,6 +103,7 @@ DRAFTERS: dict[str, DrafterKind] = {
             dflash.DFlashOptions,
             dflash.build,
             "model",
+            ("llama.cpp", "torch"),
         ),
         DrafterKind(
             "dspark",
@@ -109,6 +112,7 @@ DRAFTERS: dict[str, DrafterKind] = {
             dflash.DFlashOptions,
             dflash.build_dspark,
             "model",
+            ("llama.cpp", "torch"),
         ),
         DrafterKind(
             "medusa",
@@ -117,6 +121,7 @@ DRAFTERS: dict[str, DrafterKind] = {
             medusa.MedusaOptions,
             medusa.build,
             "model",
+            ("torch",),
         ),
         DrafterKind(
             "mlp",
@@ -125,6 +130,7 @@ DRAFTERS: dict[str, DrafterKind] = {
             mlp_speculator.MlpOptions,
             mlp_speculator.build,
             "model",
+            ("torch",),
         ),
         DrafterKind(
             "lookahead",
@@ -164,6 +170,11 @@ def chain_members(name: str) -> tuple[DrafterKind, ...]:
             f"drafter ({', '.join(models)}), e.g. suffix+draft"
         )
     return drafter_kind(parts[0]), drafter_kind(parts[1])
+
+
+def runs_on(name: str, backend: str) -> bool:
+    """Whether every member of the --drafter name ``name`` runs on ``backend``."""
+    return all(backend in kind.backends for kind in chain_members(name))
 
 
 @dataclass(frozen=True)

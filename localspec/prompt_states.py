@@ -4,7 +4,8 @@ one's next request should prefill only its new tokens, not the whole conversatio
 The backend holds one live cache. Before a request, the live cache is saved if the request would cut much of
 it away, and a saved state that shares more of the prompt than the live cache is loaded instead (the engine
 then prefills what follows it). States are dropped oldest first beyond ``budget_bytes`` (`serve --cache-ram`);
-a state that is a prefix of a newer one is dropped as redundant.
+a state that is a prefix of a newer one is dropped as redundant. A drafter with a cache of its own (the MTP
+layer's) is saved and loaded with the target's state, so it need not be handed the conversation again.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from localspec.backends.base import Backend
+from localspec.drafters.base import Drafter
 from localspec.types import common_prefix
 
 MIN_TOKENS = 32  # a state shorter than this (or a gain smaller) is cheaper to prefill than to copy
@@ -22,10 +26,28 @@ MIN_TOKENS = 32  # a state shorter than this (or a gain smaller) is cheaper to p
 class Saved:
     tokens: tuple[int, ...]
     state: object  # bytes-like, the backend's save_state()
+    drafter: Drafter | None = None  # whose drafter_state it is
+    drafter_state: object = None  # its save_state()
 
     @property
     def size(self) -> int:
-        return len(self.state)
+        return len(self.state) + nbytes(self.drafter_state)
+
+
+def nbytes(value) -> int:
+    """Roughly the memory a drafter's saved state takes (its arrays and buffers)."""
+    if value is None:
+        return 0
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list | tuple):
+        return sum(nbytes(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    try:
+        return memoryview(value).nbytes
+    except TypeError:
+        return 8
 
 
 class PromptStates:
@@ -38,24 +60,27 @@ class PromptStates:
     def bytes(self) -> int:
         return sum(s.size for s in self.saved)
 
-    def prepare(self, prompt: Sequence[int]) -> int:
-        """Make the live cache the best start for ``prompt``; returns how many of its tokens it holds."""
+    def prepare(self, prompt: Sequence[int], drafter: Drafter | None = None) -> int:
+        """Make the live cache (and ``drafter``'s) the best start for ``prompt``; returns how many of its
+        tokens it holds."""
         prefix = prompt[:-1]  # the engine keeps the last prompt token pending
         live = self.backend.cached_tokens
         live_reuse = common_prefix(live, prefix)
         reuses = [(common_prefix(s.tokens, prefix), s) for s in self.saved]
         best_reuse, best = max(reuses, key=lambda pair: pair[0], default=(0, None))
         if best is not None and best_reuse >= live_reuse + MIN_TOKENS:
-            self._keep(live)
+            self._keep(live, drafter)
             self.saved.remove(best)
             self.backend.load_state(best.tokens, best.state)
+            if drafter is not None:  # another drafter's state is of no use to it: it starts empty
+                drafter.load_state(best.drafter_state if best.drafter is drafter else None)
             self.loads += 1
             return best_reuse
         if len(live) - live_reuse >= MIN_TOKENS:  # this request cuts the live conversation: keep it
-            self._keep(live)
+            self._keep(live, drafter)
         return live_reuse
 
-    def _keep(self, tokens: tuple[int, ...]) -> None:
+    def _keep(self, tokens: tuple[int, ...], drafter: Drafter | None) -> None:
         if len(tokens) < MIN_TOKENS or self.budget <= 0:
             return
         held = next((s for s in self.saved if common_prefix(s.tokens, tokens) == len(tokens)), None)
@@ -64,6 +89,7 @@ class PromptStates:
             self.saved.append(held)
             return
         self.saved = [s for s in self.saved if common_prefix(s.tokens, tokens) < len(s.tokens)]
-        self.saved.append(Saved(tokens, self.backend.save_state()))
+        kept = drafter.save_state() if drafter is not None else None
+        self.saved.append(Saved(tokens, self.backend.save_state(), drafter, kept))
         while self.saved and self.bytes > self.budget:
             self.saved.pop(0)

@@ -189,7 +189,7 @@ class Session:
     def _stream(self, prompt, sampling, max_tokens, stop, rng, on_prefill) -> Iterator[TokenEvent]:
         self._follow_kernels(sampling)
         if self.states is not None:
-            self.states.prepare(prompt)
+            self.states.prepare(prompt, self.drafter)
         try:
             yield from stream_generate(
                 self.backend,

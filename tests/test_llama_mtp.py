@@ -176,3 +176,40 @@ def test_a_stopped_answer_and_a_prompt_cached_without_it_are_handed_over_once(pa
     finally:
         drafter.close()
     assert nxt.stats.prefill_tokens == len(turn) - 1 - cached
+
+
+def test_the_mtp_layers_cache_is_saved_and_loaded_with_the_servers_conversation_states(tmp_path_factory):
+    """Two conversations take turns through the server's conversation states: back on the first, its saved
+    state is loaded for the target and for the MTP layer alike, so the turn prefills only its new tokens and
+    drafts exactly what a drafter that never switched drafts."""
+    from localspec.prompt_states import PromptStates
+
+    def turns(backend, switch: bool):
+        drafter = build(backend, None, DrafterContext(seed=0))
+        drafts, propose = [], drafter.propose
+        drafter.propose = lambda c, k, f=None: drafts.append(propose(c, k, f)) or drafts[-1]
+        states = PromptStates(backend, budget_bytes=1 << 30)
+        a = backend.tokenize("the quick brown fox jumps over the lazy dog and the cat sat on the mat " * 2)
+        b = backend.tokenize("an entirely different conversation about ships, sails and the open sea " * 2)
+        try:
+            states.prepare(a, drafter)
+            first = generate(backend, drafter, a, GREEDY, max_tokens=24, draft_tokens=FixedK(3))
+            if switch:
+                states.prepare(b, drafter)
+                generate(backend, drafter, b, GREEDY, max_tokens=24, draft_tokens=FixedK(3))
+            again = a + list(first.tokens) + backend.tokenize(" and so")
+            states.prepare(again, drafter)
+            cached = backend.cached_len
+            drafts.clear()
+            out = generate(backend, drafter, again, GREEDY, max_tokens=24, draft_tokens=FixedK(3))
+        finally:
+            drafter.close()
+        return out, len(again) - 1 - cached, [d.tokens for d in drafts], states.loads
+
+    with load(tmp_path_factory, mtp="token") as backend:
+        switched = turns(backend, switch=True)
+        backend.truncate(0)
+        straight = turns(backend, switch=False)
+    out, new_tokens, drafts, loads = switched
+    assert loads == 1 and out.stats.prefill_tokens == new_tokens  # only the new tokens
+    assert out.tokens == straight[0].tokens and drafts == straight[2] and out.stats.drafted > 0

@@ -401,16 +401,11 @@ class LlamaCppBackend(Backend):
 
     def save_state(self):
         """A ctypes byte array (bytes-like; copied once, out of llama.cpp)."""
-        lib = self._lib
-        size = lib.llama_state_seq_get_size(self._ctx, 0)
-        buffer = (ctypes.c_uint8 * size)()
-        written = lib.llama_state_seq_get_data(self._ctx, buffer, size, 0)
-        return buffer if written == size else (ctypes.c_uint8 * written).from_buffer_copy(buffer)
+        return seq_state(self._lib, self._ctx)
 
     def load_state(self, tokens: Sequence[int], state) -> None:
         self.truncate(0)
-        buffer = state if isinstance(state, ctypes.Array) else (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-        if self._lib.llama_state_seq_set_data(self._ctx, buffer, len(state), 0) == 0:
+        if not set_seq_state(self._lib, self._ctx, state):
             self.truncate(0)
             raise ModelError("llama.cpp could not load a saved conversation state; it is prefilled again")
         self._tokens[:] = [int(t) for t in tokens]
@@ -677,3 +672,17 @@ def gpu_layers(lib, asked: int | None) -> int:
     if asked is None:
         return ALL_LAYERS if lib.llama_supports_gpu_offload() else 0
     return ALL_LAYERS if asked < 0 else asked
+
+
+def seq_state(lib, ctx):
+    """Sequence 0's state of a context (its cache), as a ctypes byte array copied out of llama.cpp."""
+    size = lib.llama_state_seq_get_size(ctx, 0)
+    buffer = (ctypes.c_uint8 * size)()
+    written = lib.llama_state_seq_get_data(ctx, buffer, size, 0)
+    return buffer if written == size else (ctypes.c_uint8 * written).from_buffer_copy(buffer)
+
+
+def set_seq_state(lib, ctx, state) -> bool:
+    """Put a seq_state back into sequence 0; False when llama.cpp refuses it."""
+    buffer = state if isinstance(state, ctypes.Array) else (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+    return lib.llama_state_seq_set_data(ctx, buffer, len(state), 0) != 0

@@ -107,6 +107,14 @@ class Drafter:
         need not recompute a cached prompt (on a recurrent target that cut can cost a whole prefill)."""
         return max(len(context) - 2, 0)
 
+    def save_state(self) -> object | None:
+        """What the drafter keeps of the conversation in its own cache, saved with the target's state when the
+        server switches conversations (prompt_states.py); None when it keeps nothing."""
+        return None
+
+    def load_state(self, state: object | None) -> None:
+        """Put back what ``save_state`` gave (None: nothing saved; a drafter with a cache starts it empty)."""
+
     def feed(self, context: Sequence[int], features: Features) -> None:
         """Take the target's features without drafting (a step that drafts nothing, the end of a turn), so a
         feature-fed drafter's cache stays complete."""

@@ -34,6 +34,7 @@ class ChainDrafter(Drafter):
             tree_attention=a.tree_attention or b.tree_attention,
         )
         self.rows_held = model.rows_held
+        self.save_state, self.load_state = model.save_state, model.load_state  # the copy drafter keeps none
         self.draft = getattr(model, "draft", None)  # the draft model's backend, if it has one (the load report)
         self._policy = None
         self._drafted_by: Drafter | None = None

@@ -111,6 +111,15 @@ class MtpDrafter(Drafter):
             return max(len(context) - 2, 0)
         return held
 
+    def save_state(self):
+        return list(self._held), dict(self._rows), self.head.save()
+
+    def load_state(self, state) -> None:
+        held, rows, cache = state if state is not None else ([], {}, None)
+        if not self.head.load(cache):
+            held, rows = [], {}  # refused, or nothing saved: its cache holds nothing now
+        self._held, self._rows = list(held), dict(rows)
+
     def _row(self, pos: int) -> np.ndarray:
         """The target's row at ``pos``; zeros before the start or where it is no longer kept (that pair
         then drafts worse, never wrongly: every draft is verified)."""

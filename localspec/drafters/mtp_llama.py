@@ -145,6 +145,21 @@ class LlamaMtpHead(_RowHead):
             self._use_layer(0)
         return self._outputs()
 
+    def save(self):
+        from localspec.backends.llama_cpp import seq_state
+
+        return seq_state(self._lib, self._ctx)
+
+    def load(self, state) -> bool:
+        """Its cache as ``save`` left it (True), or emptied (False: None given, or llama.cpp refused it)."""
+        from localspec.backends.llama_cpp import set_seq_state
+
+        self._lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
+        if state is None or set_seq_state(self._lib, self._ctx, state):
+            return state is not None
+        self._lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
+        return False
+
     def describe(self) -> str:
         if self.max_draft:
             return f"{self.target_layers} chained MTP layers of the target (drafts of up to {self.max_draft})"
@@ -201,6 +216,12 @@ class LlamaAssistantHead(_RowHead):
 
     def feed(self, tokens, rows, start: int) -> None:
         pass  # it reads the target's cache: nothing of its own to keep up
+
+    def save(self):
+        return None
+
+    def load(self, state) -> bool:
+        return True  # nothing of its own: the target's state is its state
 
     def describe(self) -> str:
         return f"Gemma-4 assistant {self.path.name}"

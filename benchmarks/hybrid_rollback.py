@@ -1,7 +1,9 @@
 """What a rollback costs on a hybrid (recurrent) target: a cut within llama.cpp's n_rs_seq snapshots against
 one past them, which prefills the kept positions again; and, for architectures without snapshots, the
 checkpoint mode (a state saved before each verify window, restored on a cut, the kept tokens fed again):
-what the save adds to a 32-token window and what a cut costs. Runs on the tiny random Qwen3.5-layout GGUF
+what the save adds to a 32-token window and what a cut costs; and a new turn that cuts into the last answer
+past the snapshots (back to the state saved where the prompt ended, against prefilling everything again:
+the turn point switched off). Runs on the tiny random Qwen3.5-layout GGUF
 the tests write (no real hybrid model downloads here). Writes JSON.
     python benchmarks/hybrid_rollback.py [--out benchmarks/results/hybrid-rollback-tiny-qwen35.json]
 """
@@ -57,7 +59,34 @@ def main() -> None:
             print(rows[-1])
     report = {"model": "tiny random qwen35 (tests/tiny_hybrid.py)", "context": args.context, "n_rs_seq": RS_SNAPSHOTS}
     checkpoints = checkpoint_rows(path, args)
-    Path(args.out).write_text(json.dumps({**report, "rows": rows, "checkpoint_mode": checkpoints}, indent=1))
+    turns = turn_rows(path, args)
+    report |= {"rows": rows, "checkpoint_mode": checkpoints, "new_turn": turns}
+    Path(args.out).write_text(json.dumps(report, indent=1))
+
+
+def turn_rows(path: Path, args) -> list[dict]:
+    """A prompt of ``context`` tokens, a 40-token answer decoded a token per step, then a cut 3 tokens into the
+    answer (a template re-rendering it without its reasoning): with the prompt's saved state, and without."""
+    rows = []
+    with LlamaCppBackend(path, n_ctx=args.context + 64, n_threads=2) as b:
+        tokens = [(i * 7) % 250 for i in range(args.context + 40)]
+        for turn_point in (True, False):
+            cuts = []
+            for _ in range(args.repeats):
+                b.truncate(0)
+                b.prefill(tokens[: args.context])
+                for token in tokens[args.context :]:
+                    b.forward([token])
+                saved, b._turn_point = b._turn_point, b._turn_point if turn_point else None
+                t0 = time.perf_counter()
+                b.truncate(args.context + 3)
+                cuts.append(time.perf_counter() - t0)
+                b._turn_point = saved
+            rows.append(
+                {"cut_into_answer": 3, "prompt_state_saved": turn_point, "cut_ms": statistics.median(cuts) * 1e3}
+            )
+            print(rows[-1])
+    return rows
 
 
 def checkpoint_rows(path: Path, args) -> list[dict]:

@@ -91,6 +91,31 @@ def test_a_qwen35_target_rolls_back_within_its_snapshots(qwen35, tmp_path):
             assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max(), back
 
 
+def test_a_cut_past_the_snapshots_goes_back_to_where_the_last_prompt_ended(qwen35):
+    """A new turn whose prompt re-renders the previous answer (a template that drops its reasoning) cuts far
+    back into it: the state saved where the last prompt ended is restored and only the kept answer tokens
+    run again, not the whole conversation."""
+    context = [int(t) for t in np.random.default_rng(3).integers(0, 257, 80)]
+    decoded, decode = [], qwen35._decode
+    with LlamaCppBackend(qwen35.path, n_ctx=256, n_threads=2) as fresh:
+        for keep in (30, 33, 45):
+            qwen35.truncate(0)
+            qwen35.prefill(context[:30])  # the prompt
+            for token in context[30:70]:  # the answer, a token per step
+                qwen35.forward([token])
+            qwen35._decode = lambda chunk, **kw: decoded.append(len(chunk)) or decode(chunk, **kw)
+            try:
+                qwen35.truncate(keep)
+            finally:
+                del qwen35._decode
+            assert sum(decoded) == keep - 30 and qwen35.cached_len == keep
+            decoded.clear()
+            got = qwen35.forward(context[keep : keep + 1]).logits[-1]
+            fresh.truncate(0)
+            want = fresh.forward(context[: keep + 1]).logits[-1]
+            assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max(), keep
+
+
 @pytest.mark.parametrize("batch", [1, 2, 5])
 def test_a_cut_to_or_before_the_last_decodes_start_is_exact_too(qwen35, batch):
     """llama.cpp's snapshots are the states after each token of the last decode call: it accepts a cut of

@@ -82,6 +82,24 @@ def test_a_pinned_checkpoint_serves_a_draft_models_cut_and_an_earlier_cut_rebuil
     np.testing.assert_allclose(backend.forward([9]).logits[-1], fresh_logits(backend, [*PROMPT[:4], 9]), atol=1e-4)
 
 
+def test_a_new_turn_cutting_far_into_the_last_answer_goes_back_to_where_the_prompt_ended(backend):
+    """A template that drops the previous answer's reasoning makes the new prompt diverge inside it, past the
+    last call's snapshot: the state where the prompt's prefill ended is put back and only the kept answer
+    tokens run again."""
+    backend.truncate(0)
+    backend.prefill(PROMPT)
+    for token in (6, 7, 8, 9, 10, 11):  # the answer, a token per step
+        backend.forward([token])
+    assert replays(backend, len(PROMPT) + 2) == 2
+    want = fresh_logits(backend, [*PROMPT, 6, 7, 12])
+    backend.truncate(0)
+    backend.prefill(PROMPT)
+    for token in (6, 7, 8, 9, 10, 11):
+        backend.forward([token])
+    backend.truncate(len(PROMPT) + 2)
+    np.testing.assert_allclose(backend.forward([12]).logits[-1], want, atol=1e-4)
+
+
 @pytest.mark.parametrize("kind", ["ngram", "suffix", "draft-model"])
 def test_greedy_output_with_drafts_equals_plain(backend, kind):
     backend.truncate(0)

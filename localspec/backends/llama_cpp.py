@@ -135,7 +135,7 @@ class LlamaCppBackend(Backend):
         super().__init__()
         self.path = check_gguf(path)
         lib = self._lib = _lib()
-        self._model = self._ctx = self._batch = self._reference = self._checkpoint = None
+        self._model = self._ctx = self._batch = self._reference = self._checkpoint = self._turn_point = None
         self.checkpoints = False  # a state saved before each verify window (a recurrent state without snapshots)
         self._decoded_from = 0  # the cache length before the last decode call (recurrent rollback)
         self._invariant = False
@@ -222,6 +222,10 @@ class LlamaCppBackend(Backend):
             # no snapshots: a state saved before each verify window (any cut within it, drafts of any length)
             self._checkpoint, self.max_rollback = StateCheckpoint(lib, self._ctx), None
         self.checkpoints = self._checkpoint is not None
+        if self.recurrent and StateCheckpoint.supported(lib):
+            # the state where the last prompt ended: a new turn whose prompt re-renders the previous answer
+            # (a template that drops its reasoning) goes back there instead of prefilling everything again
+            self._turn_point = StateCheckpoint(lib, self._ctx)
         if self.recurrent:
             can_cut = bool(self.max_rollback) or self._checkpoint is not None
             self.capabilities = replace(self.capabilities, can_truncate=can_cut, tree_attention=False)
@@ -367,8 +371,8 @@ class LlamaCppBackend(Backend):
             # back to the state saved at the window's start, else to the start, and the kept positions again
             start, restored = self._restore_checkpoint(keep)
             again, keep = self._tokens[start:keep], start
-        elif self._checkpoint is not None and (self._checkpoint.position or 0) > keep:
-            self._checkpoint.drop()  # it saved positions that are gone now
+        else:
+            self._drop_points_past(keep)  # they saved positions that are gone now
         self._drop_branches()
         del self._tokens[keep:]
         if again and restored:  # a few tokens after a saved state: as the window computed them (exact kernels)
@@ -387,17 +391,22 @@ class LlamaCppBackend(Backend):
         self._checkpoint.save(len(self._tokens))
 
     def _restore_checkpoint(self, keep: int) -> tuple[int, bool]:
-        """Cut the cache back to the saved state's position if it lies at or before ``keep``, else to 0:
-        (the position it was cut to, whether the saved state was restored)."""
-        point = self._checkpoint
-        if point is not None and point.position is not None and point.position <= keep:
+        """Cut the cache back to the latest saved state (the verify window's, the last prompt's) at or before
+        ``keep``, else to 0: (the position it was cut to, whether a saved state was restored)."""
+        self._drop_points_past(keep)
+        points = [p for p in (self._checkpoint, self._turn_point) if p is not None and p.position is not None]
+        for point in sorted(points, key=lambda p: -p.position):
             start = point.position
             if point.restore() and self._lib.llama_memory_seq_rm(self._mem, 0, start, -1):
                 return start, True
-        if point is not None:
             point.drop()
         self._lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
         return 0, False
+
+    def _drop_points_past(self, keep: int) -> None:
+        for point in (self._checkpoint, self._turn_point):
+            if point is not None and (point.position or 0) > keep:
+                point.drop()
 
     def save_state(self):
         """A ctypes byte array (bytes-like; copied once, out of llama.cpp)."""
@@ -411,8 +420,7 @@ class LlamaCppBackend(Backend):
         self._tokens[:] = [int(t) for t in tokens]
         # llama.cpp restores the state, not its snapshots: no cut of this cache may use them
         self._decoded_from = len(self._tokens)
-        if self._checkpoint is not None:
-            self._checkpoint.drop()
+        self._drop_points_past(-1)  # all: they are states of another conversation
 
     def prefill(self, tokens: Sequence[int], progress: Progress = None) -> None:
         self._prefill(tokens, progress, features=False)
@@ -431,6 +439,8 @@ class LlamaCppBackend(Backend):
             done += len(chunk)
             if progress is not None:
                 progress(done, len(tokens))
+        if self._turn_point is not None and tokens:
+            self._turn_point.save(len(self._tokens))
         if not features:
             return None
         return np.concatenate(rows) if rows else np.zeros((0, len(self.feature_layers) * self.hidden_size), np.float32)

@@ -2,10 +2,12 @@
 
 mlx-lm keeps such a layer's state in an ArraysCache (a convolution window and a recurrent state) that cannot
 be trimmed by position. But mlx arrays are never changed in place: a step puts new arrays into the cache, so
-keeping the list of arrays a cache held is a free snapshot. Snapshots are taken before every model call
-(and where ``checkpoint`` pins one, for a draft model's drafts); a cut to position ``keep`` trims the
-attention caches back to the latest snapshot at or before ``keep``, puts its states back, and runs the kept
-tokens after it again. A cut before every snapshot (a new chat that diverges early) rebuilds the cache.
+keeping the list of arrays a cache held is a free snapshot. Snapshots are taken before every model call,
+where a prompt's prefill ends (a new turn whose prompt re-renders the previous answer, as templates that
+drop its reasoning do, goes back there) and where ``checkpoint`` pins one (a draft model's drafts); a cut to
+position ``keep`` trims the attention caches back to the latest snapshot at or before ``keep``, puts its
+states back, and runs the kept tokens after it again. A cut before every snapshot (a new chat that diverges
+early) rebuilds the cache.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ def recurrent_caches(cache) -> list | None:
 
 
 class Snapshots:
-    """The latest snapshot before a model call and one pinned by ``checkpoint``: (cached length, states)."""
+    """The latest snapshot before a model call, where a prefill ended, and one pinned by ``checkpoint``:
+    each (cached length, states)."""
 
     def __init__(self, arrays: list) -> None:
         self.arrays = arrays
-        self.last = self.pinned = None
+        self.last = self.prompt = self.pinned = None
 
     def _take(self, n: int):
         return n, [list(c.cache) for c in self.arrays]
@@ -38,18 +41,19 @@ class Snapshots:
     def pin(self, n: int) -> None:
         self.pinned = self._take(n)
 
+    def after_prefill(self, n: int) -> None:
+        self.prompt = self._take(n)
+
     def restore(self, keep: int) -> int | None:
         """Put back the states of the latest snapshot at or before ``keep``: its cached length (the caller
         trims the attention caches to it and replays the rest), or None when there is none."""
-        usable = [s for s in (self.last, self.pinned) if s is not None and s[0] <= keep]
+        usable = [s for s in (self.last, self.prompt, self.pinned) if s is not None and s[0] <= keep]
         if not usable:
             return None
         n, states = max(usable, key=lambda s: s[0])
         for cache, state in zip(self.arrays, states, strict=True):
             cache.cache = list(state)
-        self.last = self.last if self.last is not None and self.last[0] <= n else None
-        self.pinned = self.pinned if self.pinned is not None and self.pinned[0] <= n else None
+        self.last, self.prompt, self.pinned = (
+            s if s is not None and s[0] <= n else None for s in (self.last, self.prompt, self.pinned)
+        )
         return n
-
-    def forget(self) -> None:
-        self.last = self.pinned = None

@@ -59,6 +59,8 @@ def run_command(args) -> int:
     with Session.open(settings_from_args(args)) as session:
         if not args.json:
             print(f"loaded {session.load_report()}", file=sys.stderr)
+        elif session.fallback:  # a recommended drafter gave way: said even when only JSON is wanted
+            print(f"localspec: {session.fallback}", file=sys.stderr)
         answered = _stream(session, conversation, *((None, None) if args.json else (sys.stdout, sys.stderr)))
         if args.json:
             print(

@@ -14,10 +14,10 @@ from localspec.baseline import PlainBaseline
 from localspec.chat import Conversation
 from localspec.config import MAX_TOKENS, Settings
 from localspec.cost_cache import CostCache, cache_disabled
-from localspec.drafters.base import Drafter
+from localspec.drafters.base import Drafter, check_fit
 from localspec.drafters.table import DRAFTERS, DrafterSetup
 from localspec.engine import stream_generate
-from localspec.errors import ConfigError
+from localspec.errors import ConfigError, LocalspecError
 from localspec.exact_guard import exact_mode
 from localspec.prompt_states import PromptStates
 from localspec.reasoning import SWITCH, ReasoningFormat, reasoning_format
@@ -91,6 +91,7 @@ class Session:
     kernels_invariant: bool = False  # the kernels the cost curve in `costs` was measured with
     states: PromptStates | None = None  # conversation states kept in RAM (the server's), else one live cache
     template_options: dict = field(default_factory=dict)  # the chat template's own variables (enable_thinking)
+    fallback: str = ""  # why the recommended drafter gave way to another (the load report says it)
 
     @classmethod
     def open(cls, settings: Settings, on_load=None) -> Session:
@@ -107,7 +108,7 @@ class Session:
         )
         try:
             options = thinking_options(backend, settings.model, settings.think)
-            drafter = settings.drafters.build(settings.drafter, backend)
+            drafter, fallback = _drafter_for(settings, backend)
         except BaseException:
             backend.close()
             raise
@@ -122,6 +123,7 @@ class Session:
             np.random.default_rng(settings.seed),
             settings.drafters,
             template_options=options,
+            fallback=fallback,
         )
         if settings.exact_guard:
             from localspec.calibrate import margin_for
@@ -253,6 +255,8 @@ class Session:
             text += f" · recurrent state{size}: " + (
                 f"drafts of at most {rollback} tokens" if rollback else "no speculation"
             )
+        if self.fallback:
+            text += f" · {self.fallback}"
         if self.invariant_now():
             text += " · exact: batch-invariant kernels"
         elif self.exact_guard is not None and self.sampling.greedy:
@@ -337,3 +341,31 @@ class Session:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _drafter_for(settings: Settings, backend: Backend) -> tuple[Drafter, str]:
+    """The settings' drafter, checked against the loaded model. One the user named is built or refused; one
+    only recommended (models.toml, the default) gives way to suffix, then to plain decoding, where this model
+    or backend cannot run it (an MTP chain on a GGUF without the layer, any drafter on a cache that cannot be
+    rolled back): (drafter, what gave way and why, '' when nothing did)."""
+    chosen = dict((name, source) for name, _, source in settings.rows).get("drafter") == "flag"
+    names = [settings.drafter] if chosen else list(dict.fromkeys([settings.drafter, "suffix", "none"]))
+    refused = []
+    for name in names:
+        try:
+            drafter = settings.drafters.build(name, backend)
+        except LocalspecError as exc:
+            if chosen:
+                raise
+            refused.append(f"{name} cannot run here ({exc})")
+            continue
+        try:
+            check_fit(backend, drafter)
+        except LocalspecError as exc:
+            drafter.close()
+            if chosen:
+                raise
+            refused.append(f"{name} cannot run here ({exc})")
+            continue
+        return drafter, "; ".join(refused) + (f": {name} instead" if refused else "")
+    raise ConfigError("; ".join(refused))  # plain decoding always fits: not reached

@@ -284,3 +284,18 @@ def test_config_prints_each_setting_and_its_source(capsys, tmp_path, monkeypatch
     rows = {row["setting"]: row for row in json.loads(capsys.readouterr().out)}
     assert rows["drafter"]["value"] == "ngram" and rows["drafter"]["source"] == "flag"
     assert rows["model"]["source"] == "models.toml (default)"
+
+
+def test_a_recommended_drafter_the_model_cannot_run_gives_way_and_a_named_one_is_refused(tmp_path):
+    """models.toml recommends suffix+mtp, but this GGUF (SmolLM2) has no MTP layer: the run goes on with
+    suffix and the load report says why; --drafter mtp, named by the user, is refused in one line."""
+    from localspec.registry import resolve_model
+
+    user = tmp_path / "models.toml"
+    user.write_text(f"[models.mine]\npath = '{resolve_model('smollm2-135m')[1]}'\ndrafters = ['suffix+mtp']\n")
+    env = {"LOCALSPEC_MODELS": str(user)}
+    ran = run_cli("run", "--model", "mine", "--max-tokens", "8", "--temperature", "0", "--json", "Hi", env=env)
+    assert ran.returncode == 0, ran.stderr
+    assert "suffix+mtp cannot run here" in ran.stderr and "no MTP layers" in ran.stderr
+    assert json.loads(ran.stdout)["stats"]["method"] == "suffix"
+    assert_one_line_error(run_cli("run", "--model", "mine", "--drafter", "mtp", "Hi", env=env), "no MTP layers")

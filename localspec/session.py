@@ -367,5 +367,6 @@ def _drafter_for(settings: Settings, backend: Backend) -> tuple[Drafter, str]:
                 raise
             refused.append(f"{name} cannot run here ({exc})")
             continue
-        return drafter, "; ".join(refused) + (f": {name} instead" if refused else "")
+        instead = "plain decoding" if name == "none" else name
+        return drafter, "; ".join(refused) + (f": {instead} instead" if refused else "")
     raise ConfigError("; ".join(refused))  # plain decoding always fits: not reached

@@ -152,3 +152,25 @@ def test_a_new_drafter_is_one_module_and_one_table_row(monkeypatch, tmp_path):
 def test_a_bad_option_value_names_the_flag_that_gave_it():
     with pytest.raises(ConfigError, match=r"max_depth must be at least 4, got 2 \(given by --suffix-max-depth\)"):
         settings_from_args(build_parser().parse_args(["run", "x", "--suffix-max-depth", "2"]))
+
+
+@pytest.mark.parametrize("source", ["models.toml", "flag"])
+def test_a_drafter_the_cache_cannot_serve_gives_way_to_plain_decoding_unless_named(source):
+    """A cache that cannot be rolled back (a sliding window that wraps): the recommended suffix drafter and
+    the suffix fallback do not fit, so plain decoding runs and says why; a drafter named by flag is refused."""
+    from dataclasses import replace as swap
+
+    from localspec.config import Settings
+    from localspec.drafters.base import NoDrafter
+    from localspec.drafters.table import DrafterSetup
+    from localspec.session import _drafter_for
+
+    backend = ScriptedBackend(vocab_size=20)
+    backend.capabilities = swap(backend.capabilities, can_truncate=False)
+    settings = Settings("m", None, "scripted", "suffix", DrafterSetup(), rows=(("drafter", "suffix", source),))
+    if source == "flag":
+        with pytest.raises(ConfigError, match="cannot be rolled back"):
+            _drafter_for(settings, backend)
+        return
+    drafter, why = _drafter_for(settings, backend)
+    assert isinstance(drafter, NoDrafter) and "suffix cannot run here" in why and why.endswith("plain decoding instead")

@@ -180,6 +180,8 @@ def _prefill(
         features = Features(reuse, rows) if len(rows) else None
     else:
         backend.prefill(context[reuse:-1], progress=on_prefill)
+    if len(context) - 1 > reuse:
+        backend.prompt_cached()
     stats.prefill_tokens = len(context) - 1 - reuse
     stats.prefill_s = time.perf_counter() - started
     return features

@@ -101,6 +101,7 @@ def test_a_cut_past_the_snapshots_goes_back_to_where_the_last_prompt_ended(qwen3
         for keep in (30, 33, 45):
             qwen35.truncate(0)
             qwen35.prefill(context[:30])  # the prompt
+            qwen35.prompt_cached()  # as the engine says after a prompt's prefill
             for token in context[30:70]:  # the answer, a token per step
                 qwen35.forward([token])
             qwen35._decode = lambda chunk, **kw: decoded.append(len(chunk)) or decode(chunk, **kw)
@@ -114,6 +115,13 @@ def test_a_cut_past_the_snapshots_goes_back_to_where_the_last_prompt_ended(qwen3
             fresh.truncate(0)
             want = fresh.forward(context[: keep + 1]).logits[-1]
             assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max(), keep
+
+
+def test_the_engine_saves_the_state_where_a_turns_prompt_ends(qwen35):
+    qwen35.truncate(0)
+    prompt = [int(t) for t in np.random.default_rng(4).integers(0, 257, 30)]
+    generate(qwen35, NoDrafter(), prompt, GREEDY, max_tokens=30)
+    assert qwen35._turn_point.position == len(prompt) - 1  # the prompt but its pending last token
 
 
 @pytest.mark.parametrize("batch", [1, 2, 5])

@@ -88,12 +88,14 @@ def test_a_new_turn_cutting_far_into_the_last_answer_goes_back_to_where_the_prom
     tokens run again."""
     backend.truncate(0)
     backend.prefill(PROMPT)
+    backend.prompt_cached()  # as the engine says after a prompt's prefill
     for token in (6, 7, 8, 9, 10, 11):  # the answer, a token per step
         backend.forward([token])
     assert replays(backend, len(PROMPT) + 2) == 2
     want = fresh_logits(backend, [*PROMPT, 6, 7, 12])
     backend.truncate(0)
     backend.prefill(PROMPT)
+    backend.prompt_cached()
     for token in (6, 7, 8, 9, 10, 11):
         backend.forward([token])
     backend.truncate(len(PROMPT) + 2)

@@ -133,6 +133,11 @@ class Backend:
         """Mark the cache's current length as one a later cut may return to cheaply: a recurrent state is
         saved there (a draft model's drafts are cut back to it); a no-op for caches cut by position."""
 
+    def prompt_cached(self) -> None:
+        """The engine has cached a turn's prompt: a recurrent state is saved here, where a new turn whose
+        prompt re-renders the previous answer (a template that drops its reasoning) comes back to instead of
+        prefilling the whole conversation; a no-op for caches cut by position."""
+
     def prefill(self, tokens: Sequence[int], progress: Progress = None) -> None:
         """Append ``tokens`` to the cache without asking for any logits."""
         raise NotImplementedError

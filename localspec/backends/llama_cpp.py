@@ -223,8 +223,8 @@ class LlamaCppBackend(Backend):
             self._checkpoint, self.max_rollback = StateCheckpoint(lib, self._ctx), None
         self.checkpoints = self._checkpoint is not None
         if self.recurrent and StateCheckpoint.supported(lib):
-            # the state where the last prompt ended: a new turn whose prompt re-renders the previous answer
-            # (a template that drops its reasoning) goes back there instead of prefilling everything again
+            # the state where the engine cached the last turn's prompt (prompt_cached): a new turn whose prompt
+            # re-renders the previous answer (a template that drops its reasoning) goes back there
             self._turn_point = StateCheckpoint(lib, self._ctx)
         if self.recurrent:
             can_cut = bool(self.max_rollback) or self._checkpoint is not None
@@ -390,6 +390,10 @@ class LlamaCppBackend(Backend):
             self._checkpoint = StateCheckpoint(self._lib, self._ctx)
         self._checkpoint.save(len(self._tokens))
 
+    def prompt_cached(self) -> None:
+        if self._turn_point is not None:
+            self._turn_point.save(len(self._tokens))
+
     def _restore_checkpoint(self, keep: int) -> tuple[int, bool]:
         """Cut the cache back to the latest saved state (the verify window's, the last prompt's) at or before
         ``keep``, else to 0: (the position it was cut to, whether a saved state was restored)."""
@@ -439,8 +443,6 @@ class LlamaCppBackend(Backend):
             done += len(chunk)
             if progress is not None:
                 progress(done, len(tokens))
-        if self._turn_point is not None and tokens:
-            self._turn_point.save(len(self._tokens))
         if not features:
             return None
         return np.concatenate(rows) if rows else np.zeros((0, len(self.feature_layers) * self.hidden_size), np.float32)

@@ -174,10 +174,12 @@ class MlxBackend(ModelBackend):
         if self._snapshots is not None:
             self._snapshots.pin(len(self._tokens))
 
+    def prompt_cached(self) -> None:
+        if self._snapshots is not None:
+            self._snapshots.after_prefill(len(self._tokens))
+
     def _prefill_chunk(self, tokens: Sequence[int], features: bool) -> np.ndarray | None:
         self._run(tokens, logits=False, capture=features)
-        if self._snapshots is not None:  # where the prompt ends (so far): a new turn may go back there
-            self._snapshots.after_prefill(len(self._tokens))
         return self._features() if features else None
 
     def forward(self, tokens: Sequence[int], return_hidden: bool = False) -> ForwardOut:

@@ -3,7 +3,7 @@
 mlx-lm keeps such a layer's state in an ArraysCache (a convolution window and a recurrent state) that cannot
 be trimmed by position. But mlx arrays are never changed in place: a step puts new arrays into the cache, so
 keeping the list of arrays a cache held is a free snapshot. Snapshots are taken before every model call,
-where a prompt's prefill ends (a new turn whose prompt re-renders the previous answer, as templates that
+where the engine has cached a turn's prompt (a new turn whose prompt re-renders the previous answer, as templates that
 drop its reasoning do, goes back there) and where ``checkpoint`` pins one (a draft model's drafts); a cut to
 position ``keep`` trims the attention caches back to the latest snapshot at or before ``keep``, puts its
 states back, and runs the kept tokens after it again. A cut before every snapshot (a new chat that diverges
@@ -25,7 +25,7 @@ def recurrent_caches(cache) -> list | None:
 
 
 class Snapshots:
-    """The latest snapshot before a model call, where a prefill ended, and one pinned by ``checkpoint``:
+    """The latest snapshot before a model call, where a prompt was cached, and one pinned by ``checkpoint``:
     each (cached length, states)."""
 
     def __init__(self, arrays: list) -> None:

@@ -19,13 +19,11 @@ from pathlib import Path
 from localspec.app_stores import Stores, found_prefix
 from localspec.errors import ConfigError, LocalspecError, ModelError
 from localspec.registry import (
-    ASSISTANT,
     HEAD_DRAFTERS,
     ModelEntry,
     Registry,
     gguf_on_disk,
     hf_cached,
-    hub_file,
     load_registry,
     local_file,
 )
@@ -99,9 +97,9 @@ def pull(
             head = entry.head(drafter, backend)
             if head:
                 done.append(_pull_head(entry, drafter, head, backend, done[0].path, say))
-        assistant = entry.head(ASSISTANT, backend)
+        assistant = entry.assistant_file(backend)
         if assistant:
-            repo, file = hub_file(assistant)
+            repo, file = assistant
             say(f"MTP assistant {repo}/{file}")
             path = download_file(repo, file)
             done.append(Pulled(f"{entry.name} mtp assistant", backend, path, path.stat().st_size))
@@ -354,8 +352,8 @@ def listing(registry: Registry | None = None) -> list[dict]:
             hit = gguf_on_disk(entry, quant, stores)
             if hit:
                 on_disk.append((f"llama.cpp {quant}", *hit))
-        assistant = entry.head(ASSISTANT, "llama.cpp")
-        found = assistant and hf_cached(*hub_file(assistant))
+        assistant = entry.assistant_file()
+        found = assistant and hf_cached(*assistant)
         if found:
             on_disk.append(("llama.cpp mtp assistant", found, None))
         downloaded = [_disk_row(backend, path, app) for backend, path, app in on_disk]
@@ -434,8 +432,8 @@ def remove(name: str, registry: Registry | None = None) -> list[str]:
         return [f"forgot the alias {name} (the file {entry.path} stays)"]
     removed = []
     files = [(entry.gguf_repo, file) for file in entry.gguf_files.values()]
-    assistant = entry.head(ASSISTANT, "llama.cpp")  # its own MTP drafter, of no use without it
-    for repo, file in files + ([hub_file(assistant)] if assistant else []):
+    assistant = entry.assistant_file()  # its own MTP drafter, of no use without it
+    for repo, file in files + ([assistant] if assistant else []):
         found = hf_cached(repo, file)
         if found:
             size = found.stat().st_size

@@ -77,6 +77,11 @@ class ModelEntry:
             )
         return self.gguf_files[quant]
 
+    def assistant_file(self, backend: str = "llama.cpp") -> tuple[str, str] | None:
+        """(repo, file) of the MTP assistant [models.NAME.mtp] names for ``backend``, or None."""
+        spec = self.head(ASSISTANT, backend)
+        return hub_file(spec) if spec else None
+
     def head(self, drafter: str, backend: str) -> str | None:
         """The repo of the ``drafter`` head (one of HEAD_DRAFTERS) models.toml names for ``backend``."""
         return self.heads.get(drafter, {}).get(backend)

@@ -352,17 +352,13 @@ def _drafter_for(settings: Settings, backend: Backend) -> tuple[Drafter, str]:
     names = [settings.drafter] if chosen else list(dict.fromkeys([settings.drafter, "suffix", "none"]))
     refused = []
     for name in names:
+        drafter = None
         try:
             drafter = settings.drafters.build(name, backend)
-        except LocalspecError as exc:
-            if chosen:
-                raise
-            refused.append(f"{name} cannot run here ({exc})")
-            continue
-        try:
             check_fit(backend, drafter)
         except LocalspecError as exc:
-            drafter.close()
+            if drafter is not None:
+                drafter.close()
             if chosen:
                 raise
             refused.append(f"{name} cannot run here ({exc})")

@@ -107,7 +107,7 @@ class MtpDrafter(Drafter):
         is handed over again, else the layer would draft from a cache with a hole. An assistant keeps no
         cache (it reads the target's): it needs only the target's row before the pending token."""
         held = common_prefix(self._held, context[:-1])
-        if self.head.same_position and held < len(context) - 1:
+        if not self.head.own_cache and held < len(context) - 1:
             return max(len(context) - 2, 0)
         return held
 

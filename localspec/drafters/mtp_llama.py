@@ -37,6 +37,7 @@ class _RowHead(SideContext):
     logits and a row of the target's width for its output token."""
 
     same_position = False  # every draft step at the pending token's position (else one position each)
+    own_cache = True  # it keeps the layer's own keys and values (else it reads the target's cache)
     max_draft: int | None = None  # the longest draft it makes (chained MTP layers: one token each)
 
     def _open(self, model, cparams, target) -> None:
@@ -155,9 +156,11 @@ class LlamaMtpHead(_RowHead):
         from localspec.backends.llama_cpp import set_seq_state
 
         self._lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
-        if state is None or set_seq_state(self._lib, self._ctx, state):
-            return state is not None
-        self._lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
+        if state is None:
+            return False
+        if set_seq_state(self._lib, self._ctx, state):
+            return True
+        self._lib.llama_memory_seq_rm(self._mem, 0, -1, -1)  # whatever a refused state left
         return False
 
     def describe(self) -> str:
@@ -181,6 +184,7 @@ class LlamaAssistantHead(_RowHead):
 
     what = "the Gemma-4 assistant"
     same_position = True
+    own_cache = False
 
     def __init__(self, path, target) -> None:
         from localspec.backends.llama_cpp import _last_error

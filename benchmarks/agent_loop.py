@@ -4,19 +4,23 @@ A scripted coding agent (no network beyond loopback) holds one growing conversat
 system prompt and a source file (benchmarks/data/agent_loop/inventory.py.txt) with an edit request ("add type
 hints and a docstring to restock, reply with the whole file"); every later round appends the system's own
 answer, then a tool-result style user message (test output, `cat` of the tests, a diff) and the next edit
-request. Requests go through the real `openai` client, streamed, greedy (temperature 0; top_k 1 for
-llama-server), so TTFT is the time to the first content chunk and the final chunk's llama-server-style
-`timings` give prefilled tokens (prompt_n), decode tok/s (predicted_per_second) and draft_n / draft_n_accepted.
+request. Requests go through the real `openai` client, streamed, with the same sampler settings and seed for
+every system (--temperature, default 0, and --seed; localspec's sampler defaults, one source:
+SamplingParams.server_fields), so TTFT is the time to the first content chunk and the final chunk's
+llama-server-style `timings` give prefilled tokens (prompt_n), decode tok/s (predicted_per_second) and draft_n /
+draft_n_accepted.
 
-Each system is a fresh server process, started and stopped by PID (localspec.peer), one at a time, all with the
-same context and threads: localspec --drafter none / suffix / ngram (each with its own temporary cache folder:
-an empty suffix cache, the measured costs and guard copied from yours), llama-server plain and
---spec-type ngram-mod (its default cache_prompt, so it reuses the conversation's prefix like localspec).
-The summary gives, per system, mean decode tok/s and end-to-end latency over rounds 2+, the ratio to the same
-family's plain server, and whether its answers equal that plain server's (greedy exactness; informational).
+Every system is a server process of its own, started and stopped by PID (localspec.peer), all with the same
+context and threads and all up at once: localspec --drafter none / suffix / ngram with the default settings
+(each with its own temporary cache folder: an empty suffix cache, the measured costs and guard copied from
+yours; the -exact systems add --exact), llama-server plain and --spec-type ngram-mod (its default cache_prompt,
+so it reuses the conversation's prefix like localspec). The systems take turns round by round, in a rotating
+order (these machines drift), and the whole conversation is held --repeats times (each repeat a new one). The
+summary gives, per system, the median over repeats of mean decode tok/s and end-to-end latency over rounds 2+,
+the ratio to the same family's plain server, and whether its answers equal that plain server's (informational).
 
-    .venv/bin/python benchmarks/agent_loop.py [--model PATH.gguf] [--rounds 5] [--max-tokens 400]
-        [--systems localspec-plain,localspec-suffix,...] [--out benchmarks/results/agent-loop-NAME.json]
+    .venv/bin/python benchmarks/agent_loop.py [--model PATH.gguf] [--rounds 5] [--max-tokens 400] [--repeats 3]
+        [--temperature 0] [--seed 0] [--systems localspec-plain,localspec-suffix,...] [--out OUT.json]
 """
 
 from __future__ import annotations
@@ -29,9 +33,9 @@ import shutil
 import sys
 import tempfile
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack
 from pathlib import Path
-from statistics import mean
+from statistics import mean, median
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -42,6 +46,7 @@ import localspec  # noqa: E402
 from localspec.peer import LlamaServer, PeerError, find_llama_server, server_version  # noqa: E402
 from localspec.places import cache_root  # noqa: E402
 from localspec.registry import resolve_model  # noqa: E402
+from localspec.sampling import SamplingParams  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "agent_loop"
 DEFAULT_MODEL = "/root/.cache/localspec-bench-models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
@@ -50,9 +55,9 @@ SYSTEMS = {  # name -> (family, localspec serve flags | llama-server spec type)
     "localspec-plain": ("localspec", ["--drafter", "none"]),
     "localspec-suffix": ("localspec", ["--drafter", "suffix"]),
     "localspec-ngram": ("localspec", ["--drafter", "ngram"]),
-    # default kernels, as llama-server runs: faster wide windows, greedy may flip on near-ties
-    "localspec-suffix-noguard": ("localspec", ["--drafter", "suffix", "--no-exact-guard"]),
-    "localspec-ngram-noguard": ("localspec", ["--drafter", "ngram", "--no-exact-guard"]),
+    # bit-identical greedy output: batch-invariant kernels on unrepacked weights (slower)
+    "localspec-suffix-exact": ("localspec", ["--drafter", "suffix", "--exact"]),
+    "localspec-ngram-exact": ("localspec", ["--drafter", "ngram", "--exact"]),
     "server-plain": ("server", "plain"),
     "server-ngram-mod": ("server", "ngram-mod"),
 }
@@ -91,40 +96,32 @@ def script() -> list[str]:
 class LocalspecServer(LlamaServer):
     """`localspec serve` started, health-checked and stopped the way localspec.peer handles llama-server."""
 
-    def __init__(self, model: Path, flags: list[str], **kw) -> None:
+    def __init__(self, model: Path, flags: list[str], cache: Path, **kw) -> None:
         super().__init__(Path(sys.executable), model, "plain", **kw)
-        self.flags = flags
+        self.flags, self.cache = flags, cache
 
     def argv(self, port: int) -> list[str]:
+        os.environ["LOCALSPEC_CACHE"] = str(self.cache)  # read by the child started right after this call
         return [sys.executable, "-m", "localspec", "serve", "--model", str(self.model), "--ctx", str(self.n_ctx),
-                "--threads", str(self.threads), "--temperature", "0", "--host", "127.0.0.1", "--port", str(port),
-                *self.flags]  # fmt: skip
+                "--threads", str(self.threads), "--host", "127.0.0.1", "--port", str(port), *self.flags]  # fmt: skip
 
 
-@contextmanager
-def own_cache():
-    """A temporary LOCALSPEC_CACHE for one localspec server: no suffix answers, your measured costs and guard."""
-    before = os.environ.get("LOCALSPEC_CACHE")
-    with tempfile.TemporaryDirectory(prefix="agent-loop-cache-") as tmp:
-        for kind in ("costs", "guard"):
-            if (cache_root() / kind).is_dir():
-                shutil.copytree(cache_root() / kind, Path(tmp) / kind)
-        os.environ["LOCALSPEC_CACHE"] = tmp
-        try:
-            yield
-        finally:
-            if before is None:
-                os.environ.pop("LOCALSPEC_CACHE", None)
-            else:
-                os.environ["LOCALSPEC_CACHE"] = before
+def own_cache(folder: Path) -> Path:
+    """A LOCALSPEC_CACHE for one localspec server: no suffix answers, your measured costs and guard."""
+    folder.mkdir(parents=True)
+    for kind in ("costs", "guard"):
+        if (cache_root() / kind).is_dir():
+            shutil.copytree(cache_root() / kind, folder / kind)
+    return folder
 
 
-def ask(client: openai.OpenAI, model: str, messages: list[dict], max_tokens: int, server: bool) -> dict:
-    """One streamed greedy request: the answer, TTFT, end-to-end latency and the server's figures."""
+def ask(client: openai.OpenAI, model: str, messages: list[dict], max_tokens: int, sampler: dict) -> dict:
+    """One streamed request with the sampler settings (and seed) every system gets: the answer, TTFT,
+    end-to-end latency and the server's figures."""
     start = time.perf_counter()
     stream = client.chat.completions.create(
-        model=model, messages=messages, max_tokens=max_tokens, temperature=0, stream=True,
-        stream_options={"include_usage": True}, extra_body={"top_k": 1} if server else None,
+        model=model, messages=messages, max_tokens=max_tokens, stream=True,
+        stream_options={"include_usage": True}, extra_body=sampler,
     )  # fmt: skip
     ttft, parts, timings, usage, finish = None, [], {}, None, None
     for chunk in stream:
@@ -152,22 +149,40 @@ def ask(client: openai.OpenAI, model: str, messages: list[dict], max_tokens: int
     }
 
 
-def run_system(proc: LlamaServer, server: bool, rounds: int, max_tokens: int) -> list[dict]:
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{proc.port}/v1", api_key="none", max_retries=0, timeout=3600)
-    model = client.models.list().data[0].id
-    turns, messages, out = script(), [{"role": "system", "content": SYSTEM_PROMPT}], []
+class Conversation:
+    """One system's side of a repeat: its client and the conversation it holds."""
+
+    def __init__(self, proc: LlamaServer) -> None:
+        self.client = openai.OpenAI(
+            base_url=f"http://127.0.0.1:{proc.port}/v1", api_key="none", max_retries=0, timeout=3600
+        )
+        self.model = self.client.models.list().data[0].id
+        self.messages, self.rows = [{"role": "system", "content": SYSTEM_PROMPT}], []
+
+    def round(self, i: int, max_tokens: int, sampler: dict) -> dict:
+        turns = script()
+        self.messages.append({"role": "user", "content": turns[i if i < len(turns) else 3 + (i - 3) % 2]})
+        row = {"round": i + 1, **ask(self.client, self.model, self.messages, max_tokens, sampler)}
+        self.messages.append({"role": "assistant", "content": row["answer"]})
+        self.rows.append(row)
+        return row
+
+
+def run_repeat(procs: dict, repeat: int, rounds: int, max_tokens: int, sampler: dict) -> dict[str, list[dict]]:
+    """Every system holds a new conversation; round by round they take turns, the order rotating."""
+    talks = {name: Conversation(proc) for name, proc in procs.items()}
+    names = list(talks)
     for i in range(rounds):
-        messages.append({"role": "user", "content": turns[i if i < len(turns) else 3 + (i - 3) % 2]})
-        row = {"round": i + 1, **ask(client, model, messages, max_tokens, server)}
-        messages.append({"role": "assistant", "content": row["answer"]})
-        out.append(row)
-        print(f"  round {row['round']}: {row['prompt_tokens']} prompt / {row['prefilled_tokens']} prefilled, "
-              f"{row['generated_tokens']} tokens, ttft {row['ttft_s']} s, {row['decode_tok_s']} tok/s, "
-              f"e2e {row['e2e_s']} s, drafts {row['draft_n_accepted']}/{row['draft_n']}", flush=True)  # fmt: skip
-    return out
+        shift = (repeat * rounds + i) % len(names)
+        for name in names[shift:] + names[:shift]:
+            row = talks[name].round(i, max_tokens, {**sampler, "seed": sampler["seed"] + repeat * rounds + i})
+            print(f"  r{repeat} round {row['round']} {name}: {row['prompt_tokens']} prompt / {row['prefilled_tokens']} "
+                  f"prefilled, {row['generated_tokens']} tokens, ttft {row['ttft_s']} s, {row['decode_tok_s']} tok/s, "
+                  f"e2e {row['e2e_s']} s, drafts {row['draft_n_accepted']}/{row['draft_n']}", flush=True)  # fmt: skip
+    return {name: talk.rows for name, talk in talks.items()}
 
 
-def summarize(runs: dict) -> dict:
+def summarize_repeat(runs: dict) -> dict:
     summary = {}
     for name, rounds in runs.items():
         later = rounds[1:] or rounds
@@ -185,8 +200,23 @@ def summarize(runs: dict) -> dict:
         s["e2e_speedup_to_plain"] = base["e2e_s_r2plus"] / s["e2e_s_r2plus"] if base else None
         if plain in runs:
             same = [a["answer"] == b["answer"] for a, b in zip(runs[name], runs[plain], strict=False)]
-            s["answers_match_plain"], s["answers_match_by_round"] = all(same), same
+            s["answers_match_plain"] = all(same)
     return summary
+
+
+def summarize(repeats: list[dict]) -> dict:
+    """Per system, the median over repeats of each repeat's figures, and those figures per repeat."""
+    per = [summarize_repeat(runs) for runs in repeats]
+    out = {}
+    for name in per[0] if per else {}:
+        rows = [p[name] for p in per if name in p]
+        out[name] = {
+            key: (median(r[key] for r in rows) if isinstance(rows[0][key], (int, float)) and not isinstance(
+                rows[0][key], bool) else all(r[key] for r in rows) if isinstance(rows[0][key], bool) else None)
+            for key in rows[0]
+        }  # fmt: skip
+        out[name]["per_repeat"] = rows
+    return out
 
 
 def machine() -> dict:
@@ -209,8 +239,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=DEFAULT_MODEL, help="a .gguf path or a models.toml name")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=400)
-    ap.add_argument("--systems", default=",".join(s for s in SYSTEMS if not s.endswith("noguard")))
+    ap.add_argument("--temperature", type=float, default=0.0, help="every system's (localspec's sampler defaults)")
+    ap.add_argument("--seed", type=int, default=0, help="the first request's seed (every system the same)")
+    ap.add_argument("--systems", default=",".join(s for s in SYSTEMS if not s.endswith("exact")))
     ap.add_argument("--ctx", type=int, default=8192)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--llama-server", default=str(PEER_BIN) if PEER_BIN.is_dir() else None, help="binary or folder")
@@ -220,35 +253,45 @@ def main() -> int:
     unknown = [s for s in systems if s not in SYSTEMS]
     if unknown:
         ap.error(f"unknown systems {unknown}; choose from {', '.join(SYSTEMS)}")
+    sampler = {**SamplingParams(temperature=args.temperature).server_fields(), "seed": args.seed}
     name, model = resolve_model(args.model)
     out = args.out or ROOT / "benchmarks" / "results" / f"agent-loop-{Path(name).stem}.json"
     try:
         binary, binary_error = find_llama_server(args.llama_server), None
     except PeerError as exc:
         binary, binary_error = None, str(exc)
-    runs, errors = {}, {}
-    with tempfile.TemporaryDirectory(prefix="agent-loop-logs-") as logs:
+    repeats, errors = [], {}
+    with tempfile.TemporaryDirectory(prefix="agent-loop-") as tmp, ExitStack() as stack:
+        procs = {}
         for system in systems:
             family, how = SYSTEMS[system]
             if family == "server" and binary is None:
                 errors[system] = f"skipped: {binary_error}"
                 print(f"{system}: {errors[system]}", flush=True)
                 continue
-            print(f"{system}:", flush=True)
-            kw = {"n_ctx": args.ctx, "threads": args.threads, "log_path": Path(logs) / f"{system}.log"}
-            proc = LlamaServer(binary, model, how, **kw) if family == "server" else LocalspecServer(model, how, **kw)
+            kw = {"n_ctx": args.ctx, "threads": args.threads, "log_path": Path(tmp) / f"{system}.log"}
+            if family == "server":
+                proc = LlamaServer(binary, model, how, **kw)
+            else:
+                proc = LocalspecServer(model, how, own_cache(Path(tmp) / f"{system}-cache"), **kw)
             try:
-                with own_cache() if family == "localspec" else nullcontext(), proc:
-                    runs[system] = run_system(proc, family == "server", args.rounds, args.max_tokens)
-            except (PeerError, openai.OpenAIError, OSError) as exc:
+                procs[system] = stack.enter_context(proc)
+            except (PeerError, OSError) as exc:
                 errors[system] = f"{type(exc).__name__}: {exc}; log: {proc.log_tail()}"
-                print(f"  failed: {errors[system]}", flush=True)
-    summary = summarize(runs)
+                print(f"{system} failed to start: {errors[system]}", flush=True)
+        os.environ.pop("LOCALSPEC_CACHE", None)
+        for r in range(args.repeats):
+            try:
+                repeats.append(run_repeat(procs, r, args.rounds, args.max_tokens, sampler))
+            except (PeerError, openai.OpenAIError, OSError) as exc:
+                errors[f"repeat {r}"] = f"{type(exc).__name__}: {exc}"
+                print(f"  failed: {errors[f'repeat {r}']}", flush=True)
+    summary = summarize(repeats)
     report = {
         "benchmark": "agent_loop", "model": name, "model_path": str(model), "rounds": args.rounds,
-        "max_tokens": args.max_tokens, "ctx": args.ctx, "threads": args.threads, "machine": machine(),
-        "versions": versions(binary), "llama_server": str(binary) if binary else None, "errors": errors,
-        "summary": summary, "runs": runs,
+        "repeats": args.repeats, "sampler": sampler, "max_tokens": args.max_tokens, "ctx": args.ctx,
+        "threads": args.threads, "machine": machine(), "versions": versions(binary),
+        "llama_server": str(binary) if binary else None, "errors": errors, "summary": summary, "runs": repeats,
     }  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, ensure_ascii=False))

@@ -43,11 +43,14 @@ from localspec.drafters import suffix as suffix_module  # noqa: E402
 from localspec.drafters.ngram import NgramDrafter  # noqa: E402
 from localspec.drafters.suffix import SuffixDrafter, SuffixOptions  # noqa: E402
 from localspec.drafters.suffix_tree import SuffixTree, load_library  # noqa: E402
-from localspec.simulate import simulate, summary  # noqa: E402
+from localspec.simulate import cost_curve, simulate, summary  # noqa: E402
+from localspec.speclen import AdaptiveK, acceptance  # noqa: E402
 
 WORKLOAD = ROOT.parent / "shared" / "bench" / "workload.jsonl"
 RECORDED = ROOT / "benchmarks" / "results" / "answers-qwen2.5-coder-1.5b.jsonl"
 KS = (8, 16, 24, 32, 48, 56, 60, 63, 64)
+# the verify-cost curve the controller runs on: Qwen2.5-Coder-1.5B Q4_K_M, llama.cpp's default (repacked) kernels
+CURVE = ROOT / "benchmarks" / "results" / "kernel-costs-qwen2.5-coder-1.5b-2026-12-04.json"
 BEFORE_COMMIT = "e0a3508"
 
 
@@ -168,6 +171,36 @@ def trie_library(lib):
         suffix_module.SuffixTree = saved
 
 
+def controller_replay(sets: dict[str, list]) -> dict:
+    """suffix (default options) under the controller (K <= 64), its costs loaded from the measured curve and its
+    clock virtual: with the run of accepted tokens in its acceptance estimate ("after") and without ("before":
+    the (confidence, position) buckets alone). Per set of cases: tau, predicted speedup over plain decoding on
+    that curve, the mean and largest verified length and how many steps verified 48 or more."""
+    ms = json.loads(CURVE.read_text())["quants"]["Q4_K_M"]["window_ms"]["repacked"]
+    cost = cost_curve(ms)
+    saved = {"verify_s": {n: v / 1e3 for n, v in ms.items()}, "count": dict.fromkeys(ms, 5)}
+    out: dict = {}
+    run_estimate = acceptance.copy_acceptance
+    for label, estimate in (("before", lambda run, usual: usual), ("after", run_estimate)):
+        acceptance.copy_acceptance = estimate
+        try:
+            for name, cases in sets.items():
+                policy = AdaptiveK(64)
+                policy.load_costs(saved)
+                drafter = SuffixDrafter(SuffixOptions(), None)
+                stats = simulate(drafter, cases, 64, cost, policy)
+                drafter.close()
+                figures = policy.figures()
+                out.setdefault(name, {})[label] = {
+                    **summary(stats, cost),
+                    "mean_verified": figures["mean_k"],
+                    "max_verified": figures["max_verified"],
+                }
+        finally:
+            acceptance.copy_acceptance = run_estimate
+    return out
+
+
 def print_table(title: str, results: dict) -> None:
     print(f"\n{title}: mean accepted tokens per step (tau, the target's own token included)")
     print(f"{'method':18s}" + "".join(f"{'K=' + str(k):>7s}" for k in KS))
@@ -210,7 +243,20 @@ def main() -> None:
             return results
 
         constructed = replay([(prompt, answer) for _, prompt, answer in cases])
-        recorded = {kind: replay(kind_cases) for kind, kind_cases in recorded_cases(backend, RECORDED).items()}
+        by_kind = recorded_cases(backend, RECORDED)
+        recorded = {kind: replay(kind_cases) for kind, kind_cases in by_kind.items()}
+    controlled = controller_replay(
+        {"constructed code edits": [(p, a) for _, p, a in cases]} | {f"recorded {k}": c for k, c in by_kind.items()}
+    )
+    print("\ncontroller (suffix, K <= 64, measured Q4_K_M default-kernel curve): before -> after the run estimate")
+    for name, r in controlled.items():
+        b, a = r["before"], r["after"]
+        print(
+            f"{name:28s} tau {b['mean_accepted_tokens_per_step']:.2f} -> {a['mean_accepted_tokens_per_step']:.2f}  "
+            f"speedup {b.get('predicted_speedup', 1.0):.2f} -> {a.get('predicted_speedup', 1.0):.2f}  "
+            f"mean verified {b['mean_verified']} -> {a['mean_verified']}  "
+            f"max {b['max_verified']} -> {a['max_verified']}"
+        )
     print_table("constructed code edits", constructed)
     for kind, results in recorded.items():
         print_table(f"recorded answers of Qwen2.5-Coder-1.5B, {kind}", results)
@@ -225,6 +271,12 @@ def main() -> None:
         "before": f"trie of commit {BEFORE_COMMIT}",
         "ks": list(KS),
         "results": constructed,
+        "controller": {
+            "what": "suffix under the controller (K <= 64) on the measured curve (virtual clock), the acceptance "
+            "estimate without ('before') and with ('after') the run of accepted tokens (speclen/acceptance.py)",
+            "curve": str(CURVE.relative_to(ROOT)),
+            "results": controlled,
+        },
         "recorded_answers": {
             "what": f"{RECORDED.name}: real greedy answers of Qwen2.5-Coder-1.5B to the whole workload, by kind",
             "results": recorded,

@@ -114,11 +114,11 @@ def make_methods(spec: str, session: Session, default_k, scratch: str | None = N
 
 def _make_method(item: str, session: Session, default_k, cache_dir: Path | None) -> Runner:
     match = re.fullmatch(
-        r"([a-z]+(?:\+(?!noguard\b)[a-z]+)?)(?:@([a-z0-9:]+))?(?:#(\d+))?(?:@([a-z0-9:]+))?(\+noguard)?", item
+        r"([a-z]+(?:\+(?!exact\b)[a-z]+)?)(?:@([a-z0-9:]+))?(?:#(\d+))?(?:@([a-z0-9:]+))?(\+exact)?", item
     )
     if not match or (match.group(2) and match.group(4)):
         raise ConfigError(
-            f"--drafters {item!r}: expected NAME, NAME@K or eagle#N (trees of N tokens), optionally +noguard"
+            f"--drafters {item!r}: expected NAME, NAME@K or eagle#N (trees of N tokens), optionally +exact"
         )
     name, k, tree = match.group(1), match.group(2) or match.group(4), match.group(3)
     options, members = {}, name.split("+")
@@ -130,7 +130,14 @@ def _make_method(item: str, session: Session, default_k, cache_dir: Path | None)
         options["tree"] = int(tree)
     # LOCALSPEC_NO_COST_CACHE=1 benchmarks the very first start (no measured cost curve)
     k = k or (1 if name == "none" else default_k)
-    return session.runner(item, name, k, guard=not match.group(5), **options)
+    return session.runner(item, name, k, exact=bool(match.group(5)) or session.exact, **options)
+
+
+def old_spellings(spec: str) -> tuple[str, list[str]]:
+    """`--drafters` with NAME+noguard read as NAME (the fast default now), and a notice if there was one."""
+    if "+noguard" not in spec:
+        return spec, []
+    return spec.replace("+noguard", ""), ["NAME+noguard is the default now (NAME); NAME+exact runs with --exact"]
 
 
 def parse_peer_types(spec: str) -> list[str]:
@@ -278,7 +285,7 @@ def _run_repeat(session, spec, default_k, cases, r, scratch: Path, peer, peer_ty
     try:
         with running(peer, peer_types, scratch) as servers:
             runners: list[tuple[str, Callable]] = [(m.label, _localspec_runner(session, m)) for m in methods]
-            runners += [(SERVER + t, _server_runner(server)) for t, server in servers.items()]
+            runners += [(SERVER + t, _server_runner(server, session.sampling)) for t, server in servers.items()]
             for j, case in enumerate(cases):
                 i = r * len(cases) + j
                 prompt = session.prompt_tokens(case["messages"], reserve=case["max_tokens"])
@@ -291,7 +298,7 @@ def _run_repeat(session, spec, default_k, cases, r, scratch: Path, peer, peer_ty
                     "order": [label for label, _ in order],
                     "methods": {},
                 }
-                rng_seed = seed + j
+                rng_seed = seed + i  # each case and repeat its own draws (the same for every system)
                 for label, run in order:
                     row["methods"][label] = run(prompt, case["max_tokens"], rng_seed)
                 row["methods"] = {label: row["methods"][label] for label, _ in runners}  # a stable order
@@ -325,9 +332,11 @@ def _localspec_runner(session: Session, method: Runner) -> Callable:
     return run
 
 
-def _server_runner(server) -> Callable:
+def _server_runner(server, sampling) -> Callable:
+    """The server answers with the session's sampling settings and each case's seed, as localspec's methods."""
+
     def run(prompt, max_tokens, rng_seed) -> dict:
-        return _server_figures(server.complete(prompt, max_tokens))
+        return _server_figures(server.complete(prompt, max_tokens, sampling, rng_seed))
 
     return run
 

@@ -36,7 +36,9 @@ def _drafter_flags(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="localspec",
-        description="Local chat with speculative decoding: faster answers, exactly the model's own output.",
+        description="Local chat with speculative decoding: faster answers from the model's own distribution "
+        "(greedy output may differ from a plain run at near-ties, as in every engine; --exact makes it "
+        "bit-identical).",
     )
     parser.add_argument("--version", action="version", version=f"localspec {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -93,12 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
         "0..64 each step from measured costs and the drafter's confidence; 'auto:N' caps it at N",
     )
     g.add_argument(
-        "--no-exact-guard",
-        action="store_true",
-        help="at temperature 0, run the backend's fastest kernels and take near-ties from verify "
-        "windows (wide windows cost less, but the output may differ from plain decoding where "
-        "batched rounding flips a tie)",
+        "--exact",
+        action=argparse.BooleanOptionalAction,
+        help="bit-identical greedy output: verify windows computed as plain 1-token steps (llama.cpp on the CPU: "
+        "batch-invariant kernels, weights loaded unrepacked; elsewhere a near-tie guard). Slower; off by default, "
+        "when greedy output may differ from a plain run where batched kernels round a near-tie the other way, as "
+        "in every engine. Also LOCALSPEC_EXACT=1, `exact = true` in config.toml or a model's models.toml entry",
     )
+    g.add_argument("--no-exact-guard", action="store_true", help=argparse.SUPPRESS)  # the old spelling: a notice
     _drafter_flags(common)
     g = common.add_argument_group("sampling (llama.cpp's defaults; --temperature 0 is greedy)")
     g.add_argument("--temperature", "-t", type=float, help=f"{SamplingParams.temperature} (bench: 0); 0 is greedy")
@@ -141,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--drafters",
         default="none,ngram,suffix",
         help="comma-separated methods: drafter names, NAME@K for a fixed K, eagle#N for EAGLE trees "
-        "of N tokens, NAME+noguard without the exact guard (default: none,ngram,suffix)",
+        "of N tokens, NAME+exact with bit-identical greedy output (--exact) (default: none,ngram,suffix)",
     )
     bench.add_argument("--prompts", help="workload JSONL in the ../shared/bench format (default: a small built-in one)")
     bench.add_argument("--cases", help="comma-separated case ids to run (default: all)")
@@ -175,8 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     cal = sub.add_parser(
         "calibrate",
         parents=[common],
-        help="measure how verify windows round against 1-token steps for this model and build: the "
-        "exact guard's near-tie margin, or a check of batch-invariant kernels (cached)",
+        help="measure how verify windows round against 1-token steps for this model and build: --exact's "
+        "near-tie margin, or a check of its batch-invariant kernels (cached)",
     )
     cal.add_argument("--positions", type=int, default=512, help="positions to measure (512)")
 
@@ -239,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
         "config",
         parents=[common],
         help="print every setting a run with these flags would use and where it comes from "
-        "(flag, environment, models.toml, default); loads no model",
+        "(flag, environment, config.toml, models.toml, default); loads no model",
     )
     conf.add_argument("--json", action="store_true", help="print JSON")
 

@@ -52,15 +52,24 @@ def _stream(session: Session, conversation: Conversation, out, thoughts=None) ->
     return Answered("".join(parts[ANSWER]), "".join(parts[REASONING]), stats or TurnStats(), finish)
 
 
+def _settings(args) -> Settings:
+    """The run's settings; a line on stderr for each old spelling they were read from."""
+    settings = settings_from_args(args)
+    for notice in settings.notices:
+        print(f"localspec: {notice}", file=sys.stderr)
+    return settings
+
+
 def run_command(args) -> int:
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     conversation = Conversation(system=args.system)
     conversation.add("user", prompt)
-    with Session.open(settings_from_args(args)) as session:
+    with Session.open(_settings(args)) as session:
         if not args.json:
             print(f"loaded {session.load_report()}", file=sys.stderr)
-        elif session.fallback:  # a recommended drafter gave way: said even when only JSON is wanted
-            print(f"localspec: {session.fallback}", file=sys.stderr)
+        else:  # said even when only JSON is wanted: a recommended drafter gave way, --exact's fallback
+            for line in filter(None, (session.fallback, session.exact_notice())):
+                print(f"localspec: {line}", file=sys.stderr)
         answered = _stream(session, conversation, *((None, None) if args.json else (sys.stdout, sys.stderr)))
         if args.json:
             print(
@@ -85,14 +94,15 @@ def run_command(args) -> int:
 
 def chat_command(args) -> int:
     """The Textual app on a terminal; the line-based chat otherwise (pipes, --plain)."""
-    settings = settings_from_args(args)
+    settings = _settings(args)
     chat = _chat_to_continue(args, settings)
     if args.plain or not (sys.stdin.isatty() and sys.stdout.isatty()):
         return plain_chat(settings, chat)
     from localspec.tui.app import ChatApp
 
-    def open_session(progress):
-        return Session.open(settings, on_load=lambda fraction: progress(f"loading the model {fraction:.0%}"))
+    def open_session(progress, **changes):  # changes: settings a reload replaces (/exact)
+        changed = replace(settings, **changes)
+        return Session.open(changed, on_load=lambda fraction: progress(f"loading the model {fraction:.0%}"))
 
     app = ChatApp(open_session, chat)
     app.run()
@@ -161,12 +171,13 @@ def _save_quietly(chat: SavedChat) -> None:
 
 
 def calibrate_command(args) -> int:
-    """Measures and caches the exact guard's margin for the model, backend and build given."""
+    """Measures and caches --exact's near-tie margin for the model, backend and build given (or checks its
+    batch-invariant kernels): the model is loaded as --exact loads it."""
     from localspec.calibrate import calibrate
 
     if args.positions < 16:
         raise ConfigError(f"--positions must be at least 16, got {args.positions}")
-    with Session.open(settings_from_args(args)) as session:
+    with Session.open(replace(_settings(args), exact=True)) as session:
         print(f"calibrating {session.load_report()}", file=sys.stderr)
         result = calibrate(session.backend, lambda line: print(f"  {line}", file=sys.stderr), args.positions)
     print(json.dumps(result))
@@ -197,7 +208,7 @@ def simulate_command(args) -> int:
             step_cost = cost_curve(json.loads(Path(args.cost_curve).read_text(encoding="utf-8"))["ms"])
         except (OSError, ValueError, KeyError) as exc:
             raise LocalspecError(f"--cost-curve {args.cost_curve}: not a verify-cost JSON ({exc!r})") from exc
-    with Session.open(settings_from_args(args)) as session:
+    with Session.open(_settings(args)) as session:
         cases = [
             (session.backend.chat_tokens(messages[:-1]), session.backend.tokenize(messages[-1]["content"]))
             for messages in records
@@ -246,19 +257,36 @@ def bench_command(args) -> int:
     return quants_command(args) if args.quants is not None else _bench_drafters(args)
 
 
-def _bench_drafters(args) -> int:
-    from localspec.bench import format_tables, load_cases, parse_peer_types, peer_binary, peer_config, plot, run_bench
-    from localspec.fileio import atomic_write
-
-    cases = load_cases(args.prompts)
+def _bench_cases(args, cases: list[dict], max_tokens: int) -> list[dict]:
+    """The workload's cases --cases names (all by default), each capped at --max-tokens."""
     if args.cases:
         wanted = set(args.cases.split(","))
         cases = [c for c in cases if c["id"] in wanted]
         if not cases:
             raise LocalspecError(f"--cases {args.cases}: no such case in the workload")
-    settings = replace(settings_from_args(args), drafter="none")  # the methods make their own drafters
-    for case in cases:  # --max-tokens caps the workload's own lengths
-        case["max_tokens"] = min(case["max_tokens"], settings.max_tokens)
+    for case in cases:
+        case["max_tokens"] = min(case["max_tokens"], max_tokens)
+    return cases
+
+
+def _bench_drafters(args) -> int:
+    from localspec.bench import (
+        format_tables,
+        load_cases,
+        old_spellings,
+        parse_peer_types,
+        peer_binary,
+        peer_config,
+        plot,
+        run_bench,
+    )
+    from localspec.fileio import atomic_write
+
+    settings = replace(_settings(args), drafter="none")  # the methods make their own drafters
+    cases = _bench_cases(args, load_cases(args.prompts), settings.max_tokens)
+    methods, notes = old_spellings(args.drafters)
+    for note in notes:
+        print(f"localspec: {note}", file=sys.stderr)
     if args.repeats < 1:
         raise LocalspecError(f"--repeats must be at least 1, got {args.repeats}")
     peer_types = parse_peer_types(args.peer_types)
@@ -280,7 +308,7 @@ def _bench_drafters(args) -> int:
         )
         report = run_bench(
             session,
-            args.drafters,
+            methods,
             cases,
             default_k=settings.draft_tokens,
             peer=peer,
@@ -449,7 +477,7 @@ def export_command(args) -> int:
 
 def config_command(args) -> int:
     """Every setting a run with these flags would use, and where each comes from; loads no model."""
-    rows = settings_from_args(args).rows
+    rows = _settings(args).rows
     if args.json:
         print(json.dumps([{"setting": n, "value": _shown(v), "source": s} for n, v, s in rows], indent=1))
         return 0
@@ -468,7 +496,7 @@ def serve_command(args) -> int:
 
     from localspec.server.run import serve
 
-    settings = settings_from_args(args)
+    settings = _settings(args)
     if args.no_persist:
         settings = replace(settings, drafters=settings.drafters.with_options("suffix", persist=False))
     return serve(settings, args.host, args.port, args.api_key, args.cors, args.cache_ram * 2**20)

@@ -16,6 +16,7 @@ from localspec.drafters.context import DrafterContext
 from localspec.drafters.table import DRAFTERS, DrafterSetup, chain_members, drafter_kind, runs_on
 from localspec.errors import ConfigError, LocalspecError
 from localspec.options import from_table
+from localspec.places import user_config_file
 from localspec.registry import ASSISTANT, HEAD_DRAFTERS, ModelEntry, Registry, load_registry, model_entry, resolve_model
 from localspec.sampling import SamplingParams
 
@@ -23,6 +24,10 @@ DEFAULT_DRAFTER = "suffix"  # when models.toml recommends none for the model
 MAX_TOKENS = 512  # most tokens in one answer
 CACHE_RAM_MIB = 4096  # `serve --cache-ram`: RAM for saved conversation states (llama-server defaults to 8192)
 DRAFT_TOKENS = "auto"
+EXACT = False  # the fastest kernels; `--exact` asks for bit-identical greedy output, at a cost in speed
+EXACT_ENV = "LOCALSPEC_EXACT"  # 1/true/yes or 0/false/no
+USER_KEYS = {"exact": bool}  # what the user's config.toml may set
+OLD_SPELLINGS = {"exact_guard": "exact"}  # config.toml keys read under their new name, with a notice
 
 
 @dataclass(frozen=True)
@@ -39,12 +44,13 @@ class Settings:
     threads: int | None = None  # None: the physical performance cores this process may use
     gpu_layers: int | None = None  # None: all layers on a GPU build of llama.cpp, none on a CPU build
     cuda_graphs: bool = True  # the torch backend's steps captured as CUDA graphs on a GPU (torch_graphs.py)
-    exact_guard: bool = True
+    exact: bool = EXACT  # bit-identical greedy output (batch-invariant kernels; docs/exactness.md)
     think: bool | None = None  # a reasoning model's thinking switch (enable_thinking); None: the template's default
     stop: tuple[str, ...] = ()
     seed: int | None = None
     system: str | None = None
     missing: str = ""  # why the model's file could not be found
+    notices: tuple[str, ...] = ()  # one line each about an old spelling that was read (the commands print them)
     rows: tuple[tuple[str, object, str], ...] = field(default=(), compare=False)  # (setting, value, source)
 
     def require_model(self) -> Path:
@@ -109,6 +115,7 @@ def settings_from_args(args, registry: Registry | None = None) -> Settings:
     registry = registry or load_models()
     rows = _Rows()
     flag = _flags(args)
+    user, notices = user_config()
     spec = rows.pick("model", (flag("model"), "flag"), (registry.default, "models.toml (default)"))
     entry = model_entry(spec, registry)
     backend = rows.pick("backend", (flag("backend"), "flag"), (choose_backend(spec, entry), "default"))
@@ -142,14 +149,64 @@ def settings_from_args(args, registry: Registry | None = None) -> Settings:
         threads=rows.pick("threads", (flag("threads"), "flag"), (None, "default (physical cores)")),
         gpu_layers=rows.pick("gpu_layers", (flag("gpu_layers"), "flag"), (None, "default")),
         cuda_graphs=rows.pick("cuda_graphs", (False if flag("no_cuda_graphs") else None, "flag"), (True, "default")),
-        exact_guard=rows.pick("exact_guard", (False if flag("no_exact_guard") else None, "flag"), (True, "default")),
+        exact=rows.pick(
+            "exact",
+            (flag("exact"), "flag"),
+            (_env_bool(EXACT_ENV), f"environment ({EXACT_ENV})"),
+            (user.get("exact"), f"config ({user_config_file()})"),
+            (entry.exact if entry else None, "models.toml"),
+            (EXACT, "default"),
+        ),
         think=rows.pick("think", (flag("think"), "flag"), (None, "default (the chat template's)")),
         stop=tuple(rows.pick("stop", (flag("stop") or None, "flag"), ((), "default"))),
         seed=rows.pick("seed", (flag("seed"), "flag"), (None, "default (random)")),
         system=rows.pick("system", (flag("system"), "flag"), (None, "default (none)")),
         missing=missing,
+        notices=tuple(notices + _old_flags(flag)),
         rows=tuple(rows.rows + _environment_rows()),
     )
+
+
+def _old_flags(flag) -> list[str]:
+    if flag("no_exact_guard"):
+        return ["--no-exact-guard is the default now; `--exact` asks for bit-identical greedy output"]
+    return []
+
+
+def _env_bool(name: str) -> bool | None:
+    text = os.environ.get(name, "").strip().lower()
+    if not text:
+        return None
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={os.environ[name]!r}: give 1/true/yes or 0/false/no")
+
+
+def user_config(path: Path | None = None) -> tuple[dict, list[str]]:
+    """The user's config.toml (places.user_config_file): its settings, and a notice per old spelling read."""
+    import tomllib
+
+    path = path or user_config_file()
+    if not path.is_file():
+        return {}, []
+    try:
+        table = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: not a readable TOML file ({exc}); fix it or remove it") from None
+    settings, notices = {}, []
+    for key, value in table.items():
+        new = OLD_SPELLINGS.get(key)
+        if new is not None:
+            notices.append(f"{path}: {key!r} is now spelled {new!r} (read as {new} = {str(value).lower()})")
+            key = new
+        if key not in USER_KEYS:
+            raise ConfigError(f"{path}: unknown key {key!r} (allowed: {', '.join(USER_KEYS)})")
+        if not isinstance(value, USER_KEYS[key]):
+            raise ConfigError(f"{path}: {key!r} must be {USER_KEYS[key].__name__}, got {value!r}")
+        settings[key] = value
+    return settings, notices
 
 
 def _flags(args):
@@ -222,12 +279,13 @@ def _environment_rows() -> list[tuple[str, object, str]]:
         given = [n for n in names if os.environ.get(n)]
         return f"environment ({given[0]})" if given else "default"
 
-    models_file = user_models_file()
+    models_file, config_file = user_models_file(), user_config_file()
     models_source = source("LOCALSPEC_MODELS") if os.environ.get("LOCALSPEC_MODELS") else place("config").source
     data, cache = place("data"), place("cache")
     trie = implementation()
     return [
         ("models_file", models_file if models_file.is_file() else f"{models_file} (none)", models_source),
+        ("config_file", config_file if config_file.is_file() else f"{config_file} (none)", place("config").source),
         ("data_dir", data.path, data.source),
         ("cache_dir", cache.path, cache.source),
         ("cost_cache", "off" if cache_disabled() else "on", source("LOCALSPEC_NO_COST_CACHE")),

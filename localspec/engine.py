@@ -45,9 +45,10 @@ def stream_generate(
 ) -> Iterator[TokenEvent]:
     """Generate a continuation of ``prompt``, one event per target forward pass. ``draft_tokens`` is a
     fixed K, 'auto', or a policy object, and ``plain`` the plain-step timings the speedup is measured
-    against (a session passes its own of both, so what it measured carries over). ``exact_guard``: at
-    temperature 0, the near-tie margin below which a window row decides nothing, on a backend without
-    batch-invariant kernels (None: no guard, and the backend's fast kernels)."""
+    against (a session passes its own of both, so what it measured carries over). ``exact_guard``: `--exact`'s
+    near-tie margin, below which a window row decides nothing at temperature 0 on a backend without
+    batch-invariant kernels (those run instead where the backend has them); None: the fast default, no guard
+    and the backend's fastest kernels."""
     policy = make_policy(draft_tokens)
     plain = plain if plain is not None else PlainBaseline()
     _check_request(backend, drafter, prompt, max_tokens)
@@ -56,7 +57,7 @@ def stream_generate(
     stats = TurnStats(prompt_tokens=len(prompt))
     invariant, margin = exact_mode(backend, sampling, exact_guard)
     backend.set_batch_invariant(invariant)
-    stats.guard_margin, stats.guard_kernels = margin, invariant
+    stats.guard_margin, stats.guard_kernels, stats.exact = margin, invariant, exact_guard is not None
     context = list(prompt)
     detok, stopper = backend.detokenizer(), StopStrings(stop)
     need_hidden = drafter.needs.hidden_states

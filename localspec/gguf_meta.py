@@ -19,6 +19,22 @@ _STRING, _ARRAY = 8, 9
 WANTED = ("general.architecture", "general.name", "tokenizer.ggml.model", "tokenizer.ggml.pre")
 
 
+# llama_ftype values (llama.h) of the quantizations people download, by the name they go by
+FTYPES = {
+    "F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10, "Q3_K_S": 11,
+    "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18,
+    "IQ4_NL": 25, "IQ4_XS": 30, "BF16": 32,
+}  # fmt: skip
+FTYPE_NAMES = {v: k for k, v in FTYPES.items()}
+
+
+def file_type(path: Path) -> str | None:
+    """The quantization a GGUF file declares (general.file_type) by the name it goes by (Q4_K_M), None where
+    it declares none."""
+    ftype = read_metadata(path).get("general.file_type")
+    return None if ftype is None else FTYPE_NAMES.get(ftype, f"type {ftype}")
+
+
 def read_metadata(path: Path) -> dict:
     """The scalar and string metadata of a GGUF file (arrays left out); ModelError if it is not valid."""
     return _read(path, tensors=False)[0]

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.errors import LocalspecError
+from localspec.sampling import SamplingParams
 
 # `server:TYPE` methods of the bench -> llama-server's own flags (`--spec-type`; see llama-server --help)
 SPEC_TYPES = {
@@ -226,13 +227,16 @@ class LlamaServer:
         self.stop()
 
     # -- requests -------------------------------------------------------------------------------------
-    def complete(self, prompt: Sequence[int], n_predict: int) -> Reply:
-        """Greedy completion of the prompt's token ids; no prompt cache, so every request prefills it all."""
+    def complete(
+        self, prompt: Sequence[int], n_predict: int, sampling: SamplingParams | None = None, seed: int | None = None
+    ) -> Reply:
+        """Completion of the prompt's token ids with localspec's sampling settings (default: greedy) and seed;
+        no prompt cache, so every request prefills it all."""
         body = {
             "prompt": [int(t) for t in prompt],
             "n_predict": n_predict,
-            "temperature": 0,
-            "top_k": 1,
+            **(sampling or SamplingParams(temperature=0.0)).server_fields(),
+            **({} if seed is None else {"seed": int(seed)}),
             "cache_prompt": False,
             "return_tokens": True,
             "stream": False,

@@ -77,6 +77,11 @@ def cache_root() -> Path:
     return place("cache").path
 
 
+def user_config_file() -> Path:
+    """The user's settings (config.toml in the config folder: `exact = true`, ...)."""
+    return place("config").path / "config.toml"
+
+
 def user_models_file() -> Path:
     """The user's models.toml: $LOCALSPEC_MODELS, else models.toml in the config folder."""
     return Path(os.environ.get("LOCALSPEC_MODELS") or place("config").path / "models.toml")

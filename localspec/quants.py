@@ -31,19 +31,13 @@ from importlib import resources
 from pathlib import Path
 
 from localspec.fileio import atomic_write
+from localspec.gguf_meta import FTYPES, file_type
 from localspec.places import cache_root
 
 WINDOWS = (1, 2, 3, 4, 6, 8, 12, 16)  # tokens per verify window that are timed
 ACCEPTANCE = (0.5, 0.7, 0.9)  # per-token acceptance rates the advice is worked out for
 HEADLINE = 0.9  # copying, where speculation pays on a CPU: long correct drafts
 CONTEXT = 512  # tokens in the cache while windows are timed
-# llama_ftype values (llama.h) of the quantizations people download, by the name they go by
-FTYPES = {
-    "F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10, "Q3_K_S": 11,
-    "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18,
-    "IQ4_NL": 25, "IQ4_XS": 30, "BF16": 32,
-}  # fmt: skip
-FTYPE_NAMES = {v: k for k, v in FTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -73,10 +67,7 @@ def expected_tokens(k: int, acceptance: float) -> float:
 
 def quant_of(path: Path) -> str:
     """The quantization a GGUF file declares (general.file_type), e.g. Q4_K_M."""
-    from localspec.gguf_meta import read_metadata
-
-    ftype = read_metadata(path).get("general.file_type")
-    return FTYPE_NAMES.get(ftype, f"type {ftype}") if ftype is not None else "unknown"
+    return file_type(path) or "unknown"
 
 
 # -- measuring ----------------------------------------------------------------------------------------------

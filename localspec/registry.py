@@ -31,6 +31,7 @@ _ENTRY_KEYS = {
     "path": str,
     "drafters": list,
     "drafts": list,
+    "exact": bool,
     "gguf": dict,
     "mlx": dict,
     "torch": dict,
@@ -67,6 +68,7 @@ class ModelEntry:
     heads: dict = field(default_factory=dict)  # head drafter (HEAD_DRAFTERS) -> backend -> repo
     drafter_tables: dict = field(default_factory=dict)  # drafter name -> its options for this model (raw TOML)
     where: str = ""  # the file this entry came from, for messages
+    exact: bool | None = None  # bit-identical greedy output for this model (`--exact`); None: not said
 
     def gguf_file(self, quant: str | None = None) -> str:
         quant = quant or self.gguf_quant
@@ -220,6 +222,7 @@ def _entry(name: str, table, where: str) -> ModelEntry:
         {d: dict(table[d]) for d in (*HEAD_DRAFTERS, ASSISTANT) if d in table},
         drafter_tables,
         where,
+        table.get("exact"),
     )
 
 

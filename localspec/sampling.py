@@ -35,6 +35,19 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    def server_fields(self) -> dict:
+        """These settings as llama-server's /completion takes them (its samplers in the order they run here:
+        top-k, top-p, min-p, temperature), so that a comparison samples the same distribution."""
+        if self.greedy:
+            return {"temperature": 0.0, "top_k": 1}
+        return {
+            "temperature": self.temperature,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "min_p": self.min_p,
+            "samplers": ["top_k", "top_p", "min_p", "temperature"],
+        }
+
     def distribution(self, logits_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The target distribution of one row of logits, sparse: (token ids, probabilities summing to 1).
         Only the surviving candidates are listed, so greedy decoding costs one argmax."""

@@ -69,7 +69,7 @@ class Runner:
     label: str
     drafter: Drafter
     policy: FixedK | AdaptiveK
-    guard: bool = True  # the session's exact guard applies (NAME+noguard: it does not)
+    exact: bool = False  # bit-identical greedy output (NAME+exact): the session's exact machinery applies
     plain: PlainBaseline = field(default_factory=PlainBaseline)  # its in-session speedup baseline
 
 
@@ -86,7 +86,8 @@ class Session:
     drafters: DrafterSetup = field(default_factory=DrafterSetup)  # builds any drafter by name, with its options
     costs: CostCache | None = None  # the measured verify-cost curve on disk (None: not kept)
     plain: PlainBaseline = field(default_factory=PlainBaseline)  # what the speedup is measured against
-    exact_guard: float | None = None  # the near-tie margin at temperature 0 (None: no guard)
+    exact: bool = False  # `--exact`: greedy output bit-identical to plain decoding (docs/exactness.md)
+    exact_guard: float | None = None  # with exact, the near-tie margin at temperature 0 (None: no guard)
     exact_guard_source: str = ""  # 'calibrated' or 'default'
     kernels_invariant: bool = False  # the kernels the cost curve in `costs` was measured with
     states: PromptStates | None = None  # conversation states kept in RAM (the server's), else one live cache
@@ -104,7 +105,7 @@ class Session:
             n_gpu_layers=settings.gpu_layers,
             steps="auto" if settings.cuda_graphs else "off",
             on_load=on_load,
-            batch_invariant=settings.exact_guard,
+            batch_invariant=settings.exact,
         )
         try:
             options = thinking_options(backend, settings.model, settings.think)
@@ -125,14 +126,44 @@ class Session:
             template_options=options,
             fallback=fallback,
         )
-        if settings.exact_guard:
-            from localspec.calibrate import margin_for
-
-            session.exact_guard, session.exact_guard_source = margin_for(backend)
+        session.set_exact(settings.exact)
         session.kernels_invariant = session.invariant_now()
         session.costs = session.cost_cache(session.kernels_invariant)
         session.speclen = session.new_policy(settings.draft_tokens)
         return session
+
+    def set_exact(self, on: bool) -> None:
+        """Switch `--exact` (the backend's kernels must allow it: llama.cpp's weight layout is fixed at load,
+        see exact_switch). Without batch-invariant kernels greedy turns run the near-tie guard."""
+        self.exact = on
+        self.exact_guard, self.exact_guard_source = None, ""
+        if on:
+            from localspec.calibrate import margin_for
+
+            self.exact_guard, self.exact_guard_source = margin_for(self.backend)
+        if self.costs is not None:
+            self._follow_kernels(self.sampling)
+
+    def exact_switch(self, on: bool) -> str:
+        """What turning `--exact` on or off takes: 'now', or 'reload' where the weight layout it needs is fixed
+        at load (llama.cpp on the CPU: repacked weights for speed, unrepacked ones for batch-invariant kernels)."""
+        return "reload" if self.backend.reload_for_exact(on) else "now"
+
+    def exact_mode(self) -> str:
+        """Which mode greedy turns run, in words: what the load report, stats and TUI show."""
+        if not self.exact:
+            return "fast (greedy may differ from plain decoding at near-ties; --exact for bit-identical)"
+        if self.backend.capabilities.batch_invariant:
+            return "exact: batch-invariant kernels"
+        return (
+            f"exact: {self.backend.name} has no batch-invariant kernels here, so greedy turns take no token from "
+            f"a verify row whose top two logits are within {self.exact_guard:g} ({self.exact_guard_source}; "
+            "`localspec calibrate` measures it): flips become rare, not impossible"
+        )
+
+    def exact_notice(self) -> str:
+        """One line where --exact cannot give bit-identical output on this backend, saying what it does instead."""
+        return self.exact_mode() if self.exact and not self.backend.capabilities.batch_invariant else ""
 
     def invariant_now(self, sampling: SamplingParams | None = None) -> bool:
         """Whether a turn with ``sampling`` (default: the session's) runs batch-invariant kernels (greedy,
@@ -257,12 +288,7 @@ class Session:
             )
         if self.fallback:
             text += f" · {self.fallback}"
-        if self.invariant_now():
-            text += " · exact: batch-invariant kernels"
-        elif self.exact_guard is not None and self.sampling.greedy:
-            text += f" · exact guard ({self.exact_guard_source}"
-            text += ", `localspec calibrate` measures it)" if self.exact_guard_source == "default" else ")"
-        return text
+        return f"{text} · {self.exact_mode()}"
 
     def draft_model(self) -> str | None:
         """'NAME N MB' of the drafter's own model, if it has one."""
@@ -291,13 +317,33 @@ class Session:
             return None
         return context.find_model(options.model) if context.find_model else options.model
 
-    def runner(self, label: str, drafter: str, draft_tokens, guard: bool = True, **options) -> Runner:
+    def runner(self, label: str, drafter: str, draft_tokens, exact: bool = False, **options) -> Runner:
         """A fresh drafter ``drafter`` (its options replaced by ``options``) with its own controller, which
         starts from the machine's measured cost curve for the kernels it will run, as a user's chat does after
-        its first session."""
-        costs = None if guard else self.cost_cache(False)  # without the guard, greedy runs the default kernels
+        its first session. ``exact``: bit-identical greedy output, which needs a session opened with --exact
+        where the backend's weight layout is fixed at load."""
+        if exact and not self.exact and self.exact_switch(True) == "reload":
+            raise ConfigError(
+                f"{label}: bit-identical greedy output needs the model loaded for it ({self.backend.name} fixes its "
+                "weight layout at load); add --exact to the bench command (the other methods then run the same "
+                "weights with the default kernels)"
+            )
+        costs = self.cost_cache(exact and self.sampling.greedy and self._can_invariant())
         built = self.drafters.build(drafter, self.backend, **options)
-        return Runner(label, built, self.new_policy(draft_tokens, costs), guard)
+        return Runner(label, built, self.new_policy(draft_tokens, costs), exact)
+
+    def _can_invariant(self) -> bool:
+        return self.backend.capabilities.batch_invariant
+
+    def _margin(self, exact: bool) -> float | None:
+        """The exact machinery's margin for a turn (see exact_guard.exact_mode), None without --exact."""
+        if not exact:
+            return None
+        if self.exact_guard is None:
+            from localspec.calibrate import margin_for
+
+            self.exact_guard, self.exact_guard_source = margin_for(self.backend)
+        return self.exact_guard
 
     def run(self, runner: Runner, prompt: list[int], max_tokens: int, seed: int) -> Iterator[TokenEvent]:
         """A runner's answer to a whole prompt, prefilled from scratch as a new chat's is."""
@@ -311,14 +357,15 @@ class Session:
             draft_tokens=runner.policy,
             rng=np.random.default_rng(seed),
             plain=runner.plain,
-            exact_guard=self.exact_guard if runner.guard else None,
+            exact_guard=self._margin(runner.exact),
         )
 
     def keep_costs(self, runners: list[Runner]) -> None:
         """Save the cost curves the runners measured: per kernel choice, that of the runner that measured
         most window sizes."""
-        for guard, costs in ((True, self.costs), (False, self.cost_cache(False))):
-            measured = [r.policy for r in runners if isinstance(r.policy, AdaptiveK) and r.guard == guard]
+        invariant = self.sampling.greedy and self._can_invariant()
+        for exact, costs in ((False, self.cost_cache(False)), (True, self.cost_cache(invariant))):
+            measured = [r.policy for r in runners if isinstance(r.policy, AdaptiveK) and r.exact == exact]
             if measured and costs is not None:
                 costs.save(max(measured, key=lambda p: len(p.costs()["verify_s"])).costs())
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from localspec.drafters.base import Drafter
+from localspec.speclen import AdaptiveK
 from localspec.stats import TurnStats
 from localspec.types import EMPTY_DRAFT, Verdict
 
@@ -19,18 +20,27 @@ def simulate(
     cases: Iterable[tuple[Sequence[int], Sequence[int]]],
     k: int,
     step_cost: Callable[[int], float] | None = None,
+    policy: AdaptiveK | None = None,
 ) -> TurnStats:
     """``cases``: (prompt tokens, answer tokens) pairs, replayed in order (drafters may learn across them).
     With ``step_cost`` (seconds of one target forward over n tokens) the stats' verify time is the time the
-    target would have spent, so ``predicted_speedup`` can compare against plain decoding."""
+    target would have spent, so ``predicted_speedup`` can compare against plain decoding. With ``policy`` (a
+    controller, and ``step_cost`` its virtual clock) the controller plans and trims every proposal of at
+    most k tokens, as the engine's loop has it do; without, all of each proposal is verified."""
     total = TurnStats()
     for prompt, answer in cases:
         drafter.begin(list(prompt))
+        if policy is not None:
+            policy.begin_turn(0.0)
         context, done = list(prompt), 0
         while done < len(answer):
             budget = min(k, len(answer) - done - 1)
-            draft = drafter.propose(context, budget) if budget > 0 else EMPTY_DRAFT
-            tokens = draft.tokens[:budget]
+            if policy is not None and budget > 0:
+                budget = policy.plan(budget)
+            draft = drafter.propose(context, budget).cut(budget) if budget > 0 else EMPTY_DRAFT
+            if policy is not None:
+                draft = draft.cut(policy.trim(draft, 0.0))
+            tokens = draft.tokens
             truth = answer[done : done + len(tokens)]
             accepted = next((i for i, (a, b) in enumerate(zip(tokens, truth, strict=False)) if a != b), len(tokens))
             emitted = tuple(answer[done : done + accepted + 1])
@@ -38,6 +48,9 @@ def simulate(
             total.record_step(len(tokens), accepted, len(emitted))
             if step_cost is not None:
                 total.verify_s += step_cost(len(tokens) + 1)
+            if policy is not None:
+                seconds = step_cost(len(tokens) + 1)
+                policy.record(len(tokens), accepted, emitted, 0.0, seconds, seconds)
             context.extend(emitted)
             done += len(emitted)
         drafter.end()

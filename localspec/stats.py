@@ -29,6 +29,7 @@ class TurnView:
     plain_steps: int
     plain_age_s: float
     record: dict  # every figure (TurnStats.to_dict), as the saved chat keeps it
+    mode: str = "fast"  # TurnStats.mode
 
 
 @dataclass
@@ -49,6 +50,7 @@ class TurnStats:
     drafter: dict = field(default_factory=dict)  # the drafter's own figures
     speclen: dict = field(default_factory=dict)  # how K was chosen (fixed, or the controller's figures)
     plain: PlainSpeed | None = None  # in-session plain decoding near the current context length
+    exact: bool = False  # `--exact` was on (greedy turns: the mechanism below; sampled turns: nothing to do)
     guard_kernels: bool = False  # the exact guard ran batch-invariant kernels (no margin needed)
     guard_margin: float | None = None  # the exact guard's near-tie margin (None: none)
     guard_gaps: list = field(default_factory=list)  # the top-1/top-2 gap of each row it held back
@@ -75,6 +77,17 @@ class TurnStats:
         if forced_s:
             self.guard_steps += 1
             self.guard_s += forced_s
+
+    @property
+    def mode(self) -> str:
+        """Which mode the turn ran, in words: 'fast', or 'exact' and how."""
+        if not self.exact:
+            return "fast"
+        if self.guard_kernels:
+            return "exact (batch-invariant kernels)"
+        if self.guard_margin is not None:
+            return f"exact (near-tie guard, margin {self.guard_margin:g})"
+        return "exact (sampled: the model's distribution, as in fast mode)"
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -142,6 +155,7 @@ class TurnStats:
             0 if plain is None else plain.steps,
             0.0 if plain is None else plain.age_s(),
             self.to_dict(),
+            self.mode,
         )
 
     def to_dict(self) -> dict:
@@ -167,6 +181,7 @@ class TurnStats:
             "drafter": dict(self.drafter),
             "speclen": dict(self.speclen),
             "acceptance_rules": self.rule_comparison(),
+            "mode": "exact" if self.exact else "fast",
             "exact_guard": None
             if self.guard_margin is None and not self.guard_kernels
             else {
@@ -195,4 +210,5 @@ class TurnStats:
             f"{self.accepted}/{self.drafted} ({accept}), tau {self.mean_accepted_length:.2f} | draft "
             f"{self.draft_s * 1e3:.0f} ms, verify {self.verify_s * 1e3:.0f} ms, other {self.other_s * 1e3:.0f} ms"
             + guard
+            + f" | {self.mode}"
         )

@@ -6,7 +6,7 @@ import pytest
 from fakes import ScriptedBackend
 from test_cli import assert_one_line_error, run_cli
 
-from localspec.bench import format_tables, load_cases, make_methods, run_bench, verify_bound
+from localspec.bench import format_tables, load_cases, make_methods, old_spellings, run_bench, verify_bound
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.table import DrafterSetup
 from localspec.errors import ConfigError
@@ -53,8 +53,14 @@ def test_methods_parse_fixed_k_and_always_include_plain(tmp_path):
         make_methods("ngram@3@4", session(tmp_path), "auto")
     with pytest.raises(ConfigError, match="COPY\\+MODEL"):  # a chain is named like one drafter
         make_methods("suffix+ngram", session(tmp_path), "auto")
-    with pytest.raises(ConfigError, match="draft-model"):  # parsed as a chain at K=4 without the guard
-        make_methods("suffix+draft@4+noguard", session(tmp_path), "auto")
+    with pytest.raises(ConfigError, match="draft-model"):  # parsed as a chain at K=4 with --exact
+        make_methods("suffix+draft@4+exact", session(tmp_path), "auto")
+    exact = make_methods("ngram+exact,ngram", session(tmp_path), "auto")
+    assert [(m.label, m.exact) for m in exact] == [("none", False), ("ngram+exact", True), ("ngram", False)]
+    assert old_spellings("none,suffix+noguard,ngram") == (
+        "none,suffix,ngram",
+        ["NAME+noguard is the default now (NAME); NAME+exact runs with --exact"],
+    )
 
 
 CASES = [

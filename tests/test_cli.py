@@ -14,7 +14,7 @@ from localspec.cli import main
 
 def run_cli(*args, stdin=None, env=None):
     scratch = tempfile.mkdtemp(prefix="localspec-test-")  # keep the user's cache and saved chats clean
-    env = {"LOCALSPEC_CACHE": scratch, "LOCALSPEC_DATA": scratch, **(env or {})}
+    env = {"LOCALSPEC_CACHE": scratch, "LOCALSPEC_DATA": scratch, "LOCALSPEC_CONFIG": scratch, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "localspec", *args],
         capture_output=True,
@@ -230,7 +230,6 @@ def test_draft_drafter_takes_the_recommended_draft_of_models_toml(tmp_path):
         "16",
         "--draft-tokens",
         "3",
-        "--no-exact-guard",
         "Count to five.",
         env={"LOCALSPEC_MODELS": str(user)},
     )
@@ -252,21 +251,68 @@ def test_calibrate_rejects_too_few_positions():
 
 
 @pytest.mark.model
-def test_calibrate_checks_batch_invariance_and_runs_use_those_kernels(tmp_path):
-    """On a CPU llama.cpp the guard runs batch-invariant kernels: calibrate measures windows equal to 1-token
-    steps (the long prompt included) and a greedy run reports those kernels and no margin."""
-    env = {"LOCALSPEC_CACHE": str(tmp_path)}
-    result = run_cli("calibrate", "--positions", "48", env=env)
+def test_calibrate_checks_batch_invariance_and_exact_runs_use_those_kernels(tmp_path):
+    """On a CPU llama.cpp --exact runs batch-invariant kernels: calibrate measures windows equal to 1-token
+    steps (the long prompt included) and an --exact greedy run reports those kernels and no margin; the
+    default runs the fast kernels and no guard, and says so; the old --no-exact-guard gets one line."""
+    env = {"LOCALSPEC_CACHE": str(tmp_path), "LOCALSPEC_CONFIG": str(tmp_path)}
+    result = run_cli("calibrate", "--positions", "48", env=env)  # calibrate always loads the model for --exact
     assert result.returncode == 0, result.stderr
     measured = json.loads(result.stdout)
     assert measured["positions"] >= 48 and measured["kernels"] == "batch-invariant"
     assert measured["max_gap_difference"] == 0 and measured["argmax_flips"] == 0
     assert list(tmp_path.glob("guard/*.json")), "the measurement is cached"
-    run = run_cli("run", "--temperature", "0", "-n", "24", "--json", "Count to 5.", env=env)
-    guard = json.loads(run.stdout)["stats"]["exact_guard"]
+    run = run_cli("run", "--exact", "--temperature", "0", "-n", "24", "--json", "Count to 5.", env=env)
+    stats = json.loads(run.stdout)["stats"]
+    guard = stats["exact_guard"]
     assert guard["kernels"] == "batch-invariant" and guard["margin"] is None and guard["fired"] == 0
-    unguarded = run_cli("run", "--temperature", "0", "-n", "8", "--json", "--no-exact-guard", "Hi.", env=env)
-    assert json.loads(unguarded.stdout)["stats"]["exact_guard"] is None
+    assert stats["mode"] == "exact"
+    fast = run_cli("run", "--temperature", "0", "-n", "8", "--json", "Hi.", env=env)
+    assert json.loads(fast.stdout)["stats"]["exact_guard"] is None
+    assert json.loads(fast.stdout)["stats"]["mode"] == "fast"
+    old = run_cli("run", "--temperature", "0", "-n", "8", "--no-exact-guard", "Hi.", env=env)
+    assert old.returncode == 0 and "--no-exact-guard is the default now; `--exact`" in old.stderr
+    assert "| fast" in old.stderr and " · fast (" in old.stderr  # the stats line and the load report say it
+    exact = run_cli("run", "--exact", "--temperature", "0", "-n", "8", "Hi.", env=env)
+    assert " · exact: batch-invariant kernels" in exact.stderr and "| exact (batch-invariant kernels)" in exact.stderr
+
+
+def test_exact_is_read_flag_over_environment_over_config_over_models_toml(capsys, tmp_path, monkeypatch):
+    """`exact` from each source, shown by `localspec config`; an old `exact_guard` key is read with a notice."""
+    models = tmp_path / "models.toml"
+    models.write_text("[models.mine]\nembedded = 'p/f.gguf'\nexact = true\n")
+    monkeypatch.setenv("LOCALSPEC_MODELS", str(models))
+    monkeypatch.setenv("LOCALSPEC_CONFIG", str(tmp_path))
+
+    def exact(*flags):
+        assert main(["config", "--json", "--model", "mine", *flags]) == 0
+        rows = {row["setting"]: row for row in json.loads(capsys.readouterr().out)}
+        return rows["exact"]["value"], rows["exact"]["source"]
+
+    assert exact() == (True, "models.toml")
+    assert main(["config", "--json"]) == 0  # another model: the default
+    assert {r["setting"]: r for r in json.loads(capsys.readouterr().out)}["exact"]["value"] is False
+    (tmp_path / "config.toml").write_text("exact = false\n")
+    assert exact() == (False, f"config ({tmp_path / 'config.toml'})")
+    monkeypatch.setenv("LOCALSPEC_EXACT", "yes")
+    assert exact() == (True, "environment (LOCALSPEC_EXACT)")
+    assert exact("--no-exact") == (False, "flag")
+    monkeypatch.delenv("LOCALSPEC_EXACT")
+    (tmp_path / "config.toml").write_text("exact_guard = true\n")
+    assert main(["config", "--model", "mine"]) == 0
+    err = capsys.readouterr().err
+    assert "'exact_guard' is now spelled 'exact' (read as exact = true)" in err
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [("exact = 'yes'", "'exact' must be bool"), ("speed = 1", "unknown key 'speed'"), ("exact = ", "not a readable")],
+)
+def test_a_bad_config_file_is_one_line_naming_it(tmp_path, text, needle):
+    (tmp_path / "config.toml").write_text(text + "\n")
+    assert_one_line_error(run_cli("config", env={"LOCALSPEC_CONFIG": str(tmp_path)}), "config.toml", needle)
+    bad_env = run_cli("config", env={"LOCALSPEC_CONFIG": str(tmp_path / "none"), "LOCALSPEC_EXACT": "maybe"})
+    assert_one_line_error(bad_env, "LOCALSPEC_EXACT", "1/true/yes")
 
 
 def test_config_prints_each_setting_and_its_source(capsys, tmp_path, monkeypatch):

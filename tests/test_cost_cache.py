@@ -98,7 +98,7 @@ def test_greedy_and_sampled_turns_plan_on_their_own_kernels_cost_curves(tmp_path
     backend = Invariant(vocab_size=20)
     backend.path = model
     session = Session(
-        backend, NgramDrafter(), SamplingParams(temperature=0.8), "scripted", max_tokens=20, exact_guard=0.5
+        backend, NgramDrafter(), SamplingParams(temperature=0.8), "scripted", max_tokens=20, exact=True, exact_guard=0.5
     )
     session.costs = session.cost_cache(False)
     session.speclen = session.new_policy("auto")

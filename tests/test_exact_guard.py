@@ -107,3 +107,69 @@ def test_a_batch_invariant_backend_needs_no_margin_and_only_greedy_turns_get_its
     assert exact_mode(Invariant(), GREEDY, None) == (False, None)  # --no-exact-guard: the fast kernels
     assert exact_mode(ScriptedBackend(), GREEDY, 0.5) == (False, 0.5)
     assert exact_mode(ScriptedBackend(), sampled, 0.5) == (False, None)
+
+
+class RecordingBackend(BatchedRounding):
+    """A llama.cpp-like backend that records how it was loaded and which kernels each turn asked for."""
+
+    name = "llama.cpp"
+
+    def __init__(self, exact_layout: bool, **kw) -> None:
+        super().__init__(**kw)
+        self.loaded_for_exact = exact_layout  # llama.cpp: unrepacked weights (the default repacks them)
+        self.capabilities = replace(self.capabilities, batch_invariant=exact_layout)
+        self.kernels: list[bool] = []
+
+    def set_batch_invariant(self, on: bool) -> None:
+        self.kernels.append(on)
+
+    def reload_for_exact(self, exact: bool) -> bool:
+        return exact != self.loaded_for_exact
+
+
+def open_session(monkeypatch, exact: bool):
+    from pathlib import Path
+
+    from localspec import session as session_module
+    from localspec.config import Settings
+    from localspec.drafters.table import DrafterSetup
+
+    loads = []
+
+    def load_backend(name, path, **kw):
+        loads.append(kw)
+        return RecordingBackend(kw["batch_invariant"], seed=1)
+
+    monkeypatch.setattr(session_module, "load_backend", load_backend)
+    settings = Settings("scripted", Path("scripted.gguf"), "llama.cpp", "ngram", DrafterSetup(), exact=exact)
+    return session_module.Session.open(settings), loads
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_the_default_loads_fast_weights_and_runs_no_guard_at_any_temperature_and_exact_turns_both_on(
+    monkeypatch, exact
+):
+    from localspec.session import Request
+
+    session, loads = open_session(monkeypatch, exact)
+    assert loads[0]["batch_invariant"] is exact  # llama.cpp: unrepacked weights only for --exact
+    for temperature in (0.0, 0.8):
+        events = list(session.complete([1, 2, 3, 1, 2, 3, 1, 2], Request(max_tokens=40, temperature=temperature)))
+        stats = events[-1].stats
+        greedy_exact = exact and temperature == 0
+        assert session.backend.kernels[-1] is greedy_exact  # batch-invariant kernels: --exact's greedy turns
+        assert (stats.to_dict()["exact_guard"] is not None) is greedy_exact
+        assert stats.to_dict()["mode"] == ("exact" if exact else "fast")
+    assert ("exact: batch-invariant kernels" in session.load_report()) is exact
+    assert ("fast (greedy may differ" in session.load_report()) is not exact
+    assert session.exact_switch(not exact) == "reload"  # llama.cpp's weight layout is fixed at load
+
+
+def test_exact_without_batch_invariant_kernels_says_what_it_does_instead(monkeypatch):
+    session, _ = open_session(monkeypatch, True)
+    session.backend.capabilities = replace(session.backend.capabilities, batch_invariant=False)  # a GPU offload
+    notice = session.exact_notice()
+    assert "no batch-invariant kernels" in notice and f"within {DEFAULT_MARGIN['llama.cpp']:g}" in notice
+    assert "\n" not in notice and "exact: llama.cpp" in session.load_report()
+    session.set_exact(False)  # switches at once where no reload is needed
+    assert session.exact_notice() == "" and session.exact_guard is None

@@ -1,16 +1,19 @@
 """The speculation-length controller on synthetic machines: known verify-cost curves, draft costs and
 acceptance rates, where the best K can be worked out by hand."""
 
+import json
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from localspec.drafters.base import NoDrafter
+from localspec.drafters.base import NoDrafter, match_confidence
 from localspec.engine import generate
 from localspec.errors import ConfigError
 from localspec.sampling import SamplingParams
 from localspec.speclen import AdaptiveK, FixedK, make_policy
+from localspec.speclen.acceptance import AcceptanceEstimator, copy_acceptance
 from localspec.types import Draft
 from tests.fakes import RandomDrafter, ScriptedBackend
 
@@ -261,3 +264,66 @@ def test_a_chain_is_always_asked_and_its_choice_decides():
     ctl.cost.line.record(8, 0.3)  # the copy drafter's calls looked slow: it is not "cheap" any more
     assert ctl.plan(8) == 8
     assert ctl.choose(Draft.chain([1, 2, 3]), 8) == 0 and ctl.choose(Draft(), 8) == 0
+
+
+# -- near-perfect copies: the run of accepted tokens ------------------------------------------------------
+MEASURED = Path(__file__).resolve().parent.parent / "benchmarks/results/kernel-costs-qwen2.5-coder-1.5b-2026-12-04.json"
+
+
+def measured_curve() -> dict[int, float]:
+    """Seconds per verify window of 1..65 positions: Qwen2.5-Coder-1.5B Q4_K_M with llama.cpp's default
+    (repacked) kernels, as measured on this project's machine (benchmarks/kernel_costs.py)."""
+    ms = json.loads(MEASURED.read_text())["quants"]["Q4_K_M"]["window_ms"]["repacked"]
+    sizes = sorted(int(n) for n in ms)
+    return {n: float(np.interp(n, sizes, [ms[str(s)] for s in sizes])) / 1e3 for n in range(1, 66)}
+
+
+def copy_steps(ctl, verify, steps, reject_at=None):
+    """A copy drafter on a text it copies verbatim: 64-token proposals whose confidence is a suffix match's
+    (match_confidence of the match length, which grows with every emitted token). At step ``reject_at`` its
+    sixth token is wrong, and the match restarts, as a suffix tree's does where the text diverges.
+    Returns the tokens verified per step."""
+    produced, match, chosen = 0, 64, []
+    for step in range(steps):
+        k = ctl.plan(64)
+        tokens = [produced + i for i in range(k)]
+        if step == reject_at:
+            tokens[5] = -1
+        draft = Draft.chain(tokens, confidence=[match_confidence(match)] * k)
+        n = ctl.trim(draft, 0.0)
+        accepted = next((i for i in range(n) if tokens[i] != produced + i), n)
+        emitted = list(range(produced, produced + accepted + 1))
+        produced += len(emitted)
+        match = 1 if accepted < n else min(64, match + len(emitted))
+        ctl.record(n, accepted, emitted, 0.0, verify[n + 1], verify[n + 1])
+        chosen.append(n)
+    return chosen
+
+
+def test_a_near_perfect_copy_reaches_wide_windows_within_4_steps_and_falls_back_after_a_rejection():
+    """On the measured curve a 64-token window pays where almost every token passes; the controller (its
+    costs loaded, as after a first session) gets there within 4 steps of a copy's start, drops to a short
+    window at the first rejection, and climbs back once the copy resumes."""
+    verify = measured_curve()
+    ctl = AdaptiveK()
+    ctl.load_costs({"verify_s": {str(n): s for n, s in verify.items()}, "count": {str(n): 5 for n in verify}})
+    ctl.begin_turn(0.0)
+    chosen = copy_steps(ctl, verify, 16, reject_at=6)
+    assert max(chosen[:4]) >= 48, chosen
+    assert chosen[6] >= 48 and chosen[7] <= 8, chosen  # the rejected window, then the fall back
+    assert max(chosen[8:]) >= 48, chosen
+
+
+def test_a_run_becomes_a_copy_only_where_it_would_be_a_surprise():
+    """An 80% drafter's 8 in a row is no news; a 50% one's 16 are. The run ends at the first rejection."""
+    assert copy_acceptance(8, 0.8) < 0.83
+    assert copy_acceptance(16, 0.5) > 0.95 and copy_acceptance(64, 0.9) > 0.98
+    assert copy_acceptance(0, 0.7) == pytest.approx(0.7, abs=0.01)
+    est = AcceptanceEstimator(64)
+    draft = Draft.chain(list(range(32)), confidence=[0.94] * 32)  # a unique continuation of a 64-token match
+    est.propose(draft)
+    est.record(32, 32, list(range(33)))
+    assert est.run == 32 and est.of_draft(draft)[1] > 0.95
+    est.propose(draft)
+    est.record(8, 3, [0, 1, 2, 9])
+    assert est.run == 0 and est.of_draft(draft)[1] < 0.95

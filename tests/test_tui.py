@@ -255,3 +255,58 @@ def test_an_unexpected_engine_error_is_reported_and_the_chat_goes_on(tmp_path):
             await wait_for(pilot, lambda: len(app.chat.conversation.messages) == 2 and not app.generating)
 
     asyncio.run(run())
+
+
+class LayoutBackend(ScriptedBackend):
+    """A backend whose weight layout for --exact is fixed at load, as llama.cpp's on a CPU."""
+
+    def __init__(self, exact: bool) -> None:
+        super().__init__()
+        self.loaded_exact = exact
+        self.closed = False
+
+    def reload_for_exact(self, exact: bool) -> bool:
+        return exact != self.loaded_exact
+
+    def close(self) -> None:
+        self.closed = True
+        super().close()
+
+
+def test_exact_switches_at_once_or_loads_the_model_again_keeping_drafter_and_sampling(tmp_path):
+    """/exact on a backend that can switch does it at once; on one whose layout is fixed at load the model is
+    loaded again (the same drafter and temperature) and the note says why; the chat goes on either way."""
+    loads = []
+
+    def open_session(progress, exact=False, drafter="ngram", sampling=None):
+        sampling = sampling or SamplingParams(temperature=0)
+        loads.append((exact, drafter, sampling.temperature))
+        backend = LayoutBackend(exact)
+        options = DrafterSetup().with_options("suffix", cache_dir=str(tmp_path / "suffix"))
+        session = Session(backend, options.build(drafter, backend), sampling, "scripted-model", drafters=options)
+        session.set_exact(exact)
+        return session
+
+    async def run():
+        app = ChatApp(open_session, SavedChat.new("scripted-model"), save_dir=tmp_path)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.session is not None)
+            first = app.session
+            await send(pilot, app, "/drafter suffix")
+            await wait_for(pilot, lambda: app.session.drafter.name == "suffix")
+            await send(pilot, app, "/temp 0.3")
+            await send(pilot, app, "/exact")
+            await wait_for(pilot, lambda: any("loaded again" in text_of(w) for w in app.query(".note")))
+            assert loads[-1] == (True, "suffix", 0.3) and first.backend.closed
+            assert app.session.exact and "exact" in text_of(app.query_one(StatusBar))
+            await send(pilot, app, "abc")
+            await wait_for(pilot, lambda: len(app.chat.conversation.messages) == 2 and not app.generating)
+            assert app.chat.stats[1]["mode"] == "exact"
+            app.session.backend.loaded_exact = False  # now a backend that switches without a reload
+            await send(pilot, app, "/exact off")
+            await wait_for(pilot, lambda: not app.session.exact)
+            assert len(loads) == 2  # no third load
+            await send(pilot, app, "/exact maybe")
+            await wait_for(pilot, lambda: any("/exact takes on, off" in text_of(w) for w in app.query(".error")))
+
+    asyncio.run(run())

@@ -172,6 +172,11 @@ class Backend:
     def set_batch_invariant(self, on: bool) -> None:
         """Compute verify windows exactly as 1-token steps from now on (backends with that capability)."""
 
+    def reload_for_exact(self, exact: bool) -> bool:
+        """Whether switching `--exact` to ``exact`` needs the model loaded again (a weight layout fixed at
+        load); False: it switches at once."""
+        return False
+
     def save_state(self) -> bytes:
         """The cache's contents for ``cached_tokens``, to be put back by ``load_state`` (backends with
         snapshots)."""

@@ -31,8 +31,10 @@ import numpy as np
 from localspec.backends.base import Backend, Capabilities, Progress
 from localspec.backends.llama_checkpoint import StateCheckpoint
 from localspec.backends.llama_cpp_exact import cpu_reference_mode
+from localspec.backends.llama_layout import repack
 from localspec.cpus import available_memory, default_threads
 from localspec.errors import ConfigError, ContextOverflow, ModelError
+from localspec.gguf_meta import file_type
 from localspec.types import ForwardOut
 
 GGUF_MAGIC = b"GGUF"
@@ -177,7 +179,8 @@ class LlamaCppBackend(Backend):
         self._setup_rollback(threads)
         self._mem = lib.llama_get_memory(self._ctx)
         self.n_layers, self.hidden_size = lib.llama_model_n_layer(self._model), lib.llama_model_n_embd(self._model)
-        self.placement = gpu_placement(self.offloaded_layers, self.n_layers)
+        offload = gpu_placement(self.offloaded_layers, self.n_layers)
+        self.placement = " · ".join(filter(None, (offload, self.layout_note)))
         self.feature_layers: tuple[int, ...] = ()
         self._nextn_rows = False  # the rows handed out are the MTP layers' input (use_mtp_features)
         if self.metadata("general.architecture") in LAYER_INPUT_ARCHS:
@@ -185,7 +188,7 @@ class LlamaCppBackend(Backend):
         if self.mtp_layers:
             self.capabilities = replace(self.capabilities, hidden_states=True)
         self._batch = lib.llama_batch_init(self.n_batch, 0, self.max_branches + 1)
-        if batch_invariant and not mparams.use_extra_bufts:
+        if not mparams.use_extra_bufts:  # unrepacked weights: windows can compute as 1-token steps (--exact)
             self._reference = cpu_reference_mode(self._ctx)
             if self._reference is not None:
                 self.capabilities = replace(self.capabilities, batch_invariant=True)
@@ -282,10 +285,14 @@ class LlamaCppBackend(Backend):
         mparams = self._lib.llama_model_default_params()
         mparams.n_gpu_layers = self.offloaded_layers = gpu_layers(self._lib, n_gpu_layers)
         mparams.vocab_only = vocab_only
+        self._layout_fixed = extra_buffers is not None or (not vocab_only and avoid_amx_buffers())
+        self.layout_note = ""  # why the weights are not repacked, for the load report
         if extra_buffers is not None:
             mparams.use_extra_bufts = extra_buffers
-        elif batch_invariant or avoid_amx_buffers():  # repacked weights compute 1 and 4+ tokens differently
+        elif self._layout_fixed:  # the AMX buffer type would crash: plain CPU buffers
             mparams.use_extra_bufts = False
+        elif not vocab_only:  # repacked weights compute 1 and 4+ tokens differently: --exact loads them as they are
+            mparams.use_extra_bufts, self.layout_note = repack(self._quant(), batch_invariant)
         if on_load is not None:
 
             def report(fraction: float, user_data) -> bool:
@@ -295,6 +302,19 @@ class LlamaCppBackend(Backend):
             self._progress = self._lib.llama_progress_callback(report)
             mparams.progress_callback = self._progress
         return mparams
+
+    def _quant(self) -> str | None:
+        try:
+            return file_type(self.path)
+        except ModelError:
+            return None
+
+    def reload_for_exact(self, exact: bool) -> bool:
+        """Whether the weights must be loaded again for ``exact``: --exact needs them unrepacked, the fast default
+        repacked where llama_layout.json says so; a GPU offload or the AMX workaround fixes the layout."""
+        if self._layout_fixed or self.offloaded_layers:
+            return False
+        return repack(self._quant(), exact)[0] != self._repack
 
     def set_batch_invariant(self, on: bool) -> None:
         self._invariant = on and self._reference is not None

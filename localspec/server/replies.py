@@ -56,6 +56,7 @@ def speculation(record: dict) -> dict:
         "acceptance_rate": record.get("acceptance_rate"),
         "acceptance_by_position": record.get("acceptance_by_position", []),
         "speedup_in_session": record.get("speedup"),
+        "mode": record.get("mode", "fast"),  # "exact" under `serve --exact`: bit-identical greedy output
     }
 
 

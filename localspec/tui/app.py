@@ -55,9 +55,9 @@ def warm_highlighters() -> None:
 
 # -- messages from the worker threads -------------------------------------------------------------------
 class Loaded(Message):
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, quiet: bool = False) -> None:
         super().__init__()
-        self.session = session
+        self.session, self.quiet = session, quiet  # quiet: loaded again (/exact), no greeting
 
 
 class Progress(Message):
@@ -367,6 +367,33 @@ class ChatApp(App):
         draft = session.draft_model()
         self.post_message(Noted(f"drafter: {name}" + (f" ({draft})" if draft else "")))
 
+    def _switch_exact(self, on: bool) -> None:
+        """--exact on or off: at once where the backend allows, else by loading the model again with the same
+        drafter and sampling (llama.cpp fixes its weight layout at load); the old session stays on an error."""
+        session = self.session
+        if session.exact_switch(on) == "now":
+            session.set_exact(on)
+        else:
+            self.post_message(Progress("loading the model again for the weight layout --exact needs"))
+            try:
+                new = self.open_session(
+                    lambda label: self.post_message(Progress(label)),
+                    exact=on,
+                    drafter=session.drafter.name,
+                    sampling=session.sampling,
+                )
+            except LocalspecError as exc:
+                self.post_message(Noted(str(exc), error=True))
+                return
+            session.close()
+            self.session = session = new  # here too: the next job on this thread must not get the closed one
+            self.post_message(Loaded(new, quiet=True))
+            self.post_message(
+                Noted(f"{new.exact_mode()} (the model was loaded again: llama.cpp fixes its weight layout at load)")
+            )
+            return
+        self.post_message(Noted(session.exact_mode()))
+
     def _answer(self) -> None:
         session, stats, finish = self.session, None, "interrupted"
         pieces: list[tuple[str, bool]] = []
@@ -413,6 +440,8 @@ class ChatApp(App):
         self.session = message.session
         self._refresh_status()
         draft = message.session.draft_model()
+        if message.quiet:
+            return
         if draft:
             await self._note(f"draft model {draft} loaded")
         if not self.chat.conversation.messages:
@@ -527,6 +556,11 @@ class ChatApp(App):
         elif slash.name == "k":
             self.session.set_draft_tokens(slash.arg)
             await self._note(f"draft tokens per step: {self.session.speclen.label}")
+        elif slash.name == "exact":  # on the engine thread: llama.cpp loads the model again there
+            on = not self.session.exact if slash.arg is None else slash.arg
+            self.query_one(StatusBar).update(f" switching --exact {'on' if on else 'off'}…")
+            self._jobs.put(lambda: self._switch_exact(on))
+            return
         elif slash.name == "temp":
             self.session.set_temperature(slash.arg)
             await self._note(f"temperature: {slash.arg:g}" + (" (greedy)" if slash.arg == 0 else ""))
@@ -584,7 +618,7 @@ class ChatApp(App):
             s.backend.cached_len,
             s.backend.n_ctx,
             self.memory_mb(),
-            f"T={s.sampling.temperature:g}",
+            f"T={s.sampling.temperature:g}" + (" · exact" if s.exact else ""),
         )
 
     async def action_quit(self) -> None:

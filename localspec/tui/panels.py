@@ -48,6 +48,7 @@ class StatsPanel(Static):
                 t.append("  plain: under 16 steps at this length\n", style="dim")
             t.append(f" draft {stats.draft_s * 1e3:.0f} ms · verify {stats.verify_s * 1e3:.0f} ms\n")
             t.append(f" prefill   {stats.prefill_tokens} tok, {stats.prefill_tok_s:.0f} tok/s\n")
+            t.append(f" mode      {stats.mode}\n", style="dim")
             by_pos = stats.acceptance_by_position
             if by_pos:
                 t.append("Per draft position\n", style="bold")

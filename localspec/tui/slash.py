@@ -14,6 +14,7 @@ Ctrl+Q quits (the chat is saved as you go)
 {drafters}
 /k N|auto        tokens drafted per step: fixed, or picked each step
 /temp X          sampling temperature (0 = greedy)
+/exact [on|off]  bit-identical greedy output (slower; llama.cpp reloads the model for it)
 /system TEXT     set the system prompt
 /clear           start a new chat
 /save [FILE]     save as Markdown (.md) or JSON (default: the chats folder)
@@ -60,6 +61,13 @@ def _temp_arg(arg: str) -> float:
     return value
 
 
+def _on_off(arg: str) -> bool | None:
+    """on, off, or nothing (None: switch it)."""
+    if arg not in ("", "on", "off"):
+        raise SlashError("/exact takes on, off or nothing (switches it)")
+    return None if not arg else arg == "on"
+
+
 def _optional_text(arg: str) -> str | None:
     return arg or None
 
@@ -72,6 +80,7 @@ _ARGUMENTS = {
     "drafter": _drafter_arg,
     "k": _k_arg,
     "temp": _temp_arg,
+    "exact": _on_off,
     "system": _optional_text,
     "save": _optional_text,
     "clear": _no_arg,

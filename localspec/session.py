@@ -136,11 +136,7 @@ class Session:
         """Switch `--exact` (the backend's kernels must allow it: llama.cpp's weight layout is fixed at load,
         see exact_switch). Without batch-invariant kernels greedy turns run the near-tie guard."""
         self.exact = on
-        self.exact_guard, self.exact_guard_source = None, ""
-        if on:
-            from localspec.calibrate import margin_for
-
-            self.exact_guard, self.exact_guard_source = margin_for(self.backend)
+        self.exact_guard, self.exact_guard_source = self._guard_margin() if on else (None, "")
         if self.costs is not None:
             self._follow_kernels(self.sampling)
 
@@ -167,7 +163,7 @@ class Session:
 
     def invariant_now(self, sampling: SamplingParams | None = None) -> bool:
         """Whether a turn with ``sampling`` (default: the session's) runs batch-invariant kernels (greedy,
-        guarded, and the backend has them)."""
+        --exact, and the backend has them)."""
         return exact_mode(self.backend, sampling or self.sampling, self.exact_guard)[0]
 
     def cost_cache(self, invariant: bool) -> CostCache:
@@ -328,22 +324,26 @@ class Session:
                 "weight layout at load); add --exact to the bench command (the other methods then run the same "
                 "weights with the default kernels)"
             )
-        costs = self.cost_cache(exact and self.sampling.greedy and self._can_invariant())
+        costs = self.cost_cache(self._invariant_for(exact))
         built = self.drafters.build(drafter, self.backend, **options)
         return Runner(label, built, self.new_policy(draft_tokens, costs), exact)
 
-    def _can_invariant(self) -> bool:
-        return self.backend.capabilities.batch_invariant
+    def _invariant_for(self, exact: bool) -> bool:
+        """Whether a runner's turns run batch-invariant kernels: its cost curve's kernels."""
+        return exact and self.sampling.greedy and self.backend.capabilities.batch_invariant
+
+    def _guard_margin(self) -> tuple[float, str]:
+        """--exact's near-tie margin for this backend, model and build, and where it comes from."""
+        from localspec.calibrate import margin_for
+
+        return margin_for(self.backend)
 
     def _margin(self, exact: bool) -> float | None:
-        """The exact machinery's margin for a turn (see exact_guard.exact_mode), None without --exact."""
+        """The exact machinery's margin for a runner's turn (see exact_guard.exact_mode), None without --exact
+        (a NAME+exact method of a session opened without it has its own)."""
         if not exact:
             return None
-        if self.exact_guard is None:
-            from localspec.calibrate import margin_for
-
-            self.exact_guard, self.exact_guard_source = margin_for(self.backend)
-        return self.exact_guard
+        return self.exact_guard if self.exact_guard is not None else self._guard_margin()[0]
 
     def run(self, runner: Runner, prompt: list[int], max_tokens: int, seed: int) -> Iterator[TokenEvent]:
         """A runner's answer to a whole prompt, prefilled from scratch as a new chat's is."""
@@ -363,10 +363,13 @@ class Session:
     def keep_costs(self, runners: list[Runner]) -> None:
         """Save the cost curves the runners measured: per kernel choice, that of the runner that measured
         most window sizes."""
-        invariant = self.sampling.greedy and self._can_invariant()
-        for exact, costs in ((False, self.cost_cache(False)), (True, self.cost_cache(invariant))):
-            measured = [r.policy for r in runners if isinstance(r.policy, AdaptiveK) and r.exact == exact]
-            if measured and costs is not None:
+        by_kernels: dict[bool, list[AdaptiveK]] = {}
+        for r in runners:
+            if isinstance(r.policy, AdaptiveK):
+                by_kernels.setdefault(self._invariant_for(r.exact), []).append(r.policy)
+        for invariant, measured in by_kernels.items():
+            costs = self.cost_cache(invariant)
+            if costs is not None:
                 costs.save(max(measured, key=lambda p: len(p.costs()["verify_s"])).costs())
 
     def prompt_tokens(self, messages: list[dict], reserve: int) -> list[int]:

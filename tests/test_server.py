@@ -91,6 +91,7 @@ def test_chat_streamed_and_whole_agree_and_carry_the_figures(smollm):
         "acceptance_by_position",
     }
     assert extra["speculation"]["drafter"] == "suffix"
+    assert extra["speculation"]["mode"] == "fast"  # the default; `serve --exact` says "exact"
     chunks = list(ask(client, stream=True, stream_options={"include_usage": True}))
     pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
     assert len(pieces) > 1 and "".join(pieces) == text  # chunks before the end, the same greedy text

@@ -47,10 +47,10 @@ def simulate(
             drafter.observe(Verdict(len(tokens), accepted, emitted))
             total.record_step(len(tokens), accepted, len(emitted))
             if step_cost is not None:
-                total.verify_s += step_cost(len(tokens) + 1)
-            if policy is not None:
                 seconds = step_cost(len(tokens) + 1)
-                policy.record(len(tokens), accepted, emitted, 0.0, seconds, seconds)
+                total.verify_s += seconds
+                if policy is not None:
+                    policy.record(len(tokens), accepted, emitted, 0.0, seconds, seconds)
             context.extend(emitted)
             done += len(emitted)
         drafter.end()

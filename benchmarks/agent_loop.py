@@ -10,7 +10,7 @@ SamplingParams.server_fields), so TTFT is the time to the first content chunk an
 llama-server-style `timings` give prefilled tokens (prompt_n), decode tok/s (predicted_per_second) and draft_n /
 draft_n_accepted.
 
-Every system is a server process of its own, started and stopped by PID (localspec.peer), all with the same
+Every system is a server process of its own, started and stopped by PID (localspec.bench.peer), all with the same
 context and threads and all up at once: localspec --drafter none / suffix / ngram with the default settings
 (each with its own temporary cache folder: an empty suffix cache, the measured costs and guard copied from
 yours; the -exact systems add --exact), llama-server plain and --spec-type ngram-mod (its default cache_prompt,
@@ -43,9 +43,9 @@ sys.path.insert(0, str(ROOT))
 import openai  # noqa: E402
 
 import localspec  # noqa: E402
-from localspec.peer import LlamaServer, PeerError, find_llama_server, server_version  # noqa: E402
+from localspec.bench.peer import LlamaServer, PeerError, find_llama_server, server_version  # noqa: E402
+from localspec.models.registry import resolve_model  # noqa: E402
 from localspec.places import cache_root  # noqa: E402
-from localspec.registry import resolve_model  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "agent_loop"
@@ -94,7 +94,7 @@ def script() -> list[str]:
 
 
 class LocalspecServer(LlamaServer):
-    """`localspec serve` started, health-checked and stopped the way localspec.peer handles llama-server."""
+    """`localspec serve` started, health-checked and stopped the way localspec.bench.peer handles llama-server."""
 
     def __init__(self, model: Path, flags: list[str], cache: Path, **kw) -> None:
         super().__init__(Path(sys.executable), model, "plain", **kw)

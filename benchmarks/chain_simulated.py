@@ -23,8 +23,8 @@ from test_draft_model import CPU_SHAPE, GPU_SHAPE, machine  # noqa: E402
 from localspec.drafters.base import NoDrafter  # noqa: E402
 from localspec.drafters.chain import ChainDrafter  # noqa: E402
 from localspec.drafters.draft_model import DraftModelDrafter  # noqa: E402
-from localspec.engine import generate  # noqa: E402
-from localspec.speclen import AdaptiveK  # noqa: E402
+from localspec.engine.loop import generate  # noqa: E402
+from localspec.engine.speclen import AdaptiveK  # noqa: E402
 
 # (target step s, draft step s, draft prefill s/token, curve shape)
 MACHINES = {"gpu-like": (0.01, 0.0005, 0.00005, GPU_SHAPE), "cpu-2core": (0.09, 0.03, 0.0045, CPU_SHAPE)}

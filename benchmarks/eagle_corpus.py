@@ -15,9 +15,9 @@ import json
 import random
 import time
 
-from localspec.backends.llama_cpp import LlamaCppBackend
+from localspec.backends.llama_cpp.backend import LlamaCppBackend
 from localspec.drafters.table import DrafterSetup
-from localspec.engine import generate
+from localspec.engine.loop import generate
 from localspec.sampling import SamplingParams
 
 TOPICS = [

@@ -40,13 +40,13 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from localspec.backends.base import Backend  # noqa: E402
-from localspec.backends.torch_backend import TorchBackend  # noqa: E402
-from localspec.backends.torch_decoder import Decoder, DecoderConfig  # noqa: E402
+from localspec.backends.torch.backend import TorchBackend  # noqa: E402
+from localspec.backends.torch.decoder import Decoder, DecoderConfig  # noqa: E402
 from localspec.drafters.base import NoDrafter  # noqa: E402
-from localspec.drafters.eagle import EagleDrafter  # noqa: E402
-from localspec.eagle_save import head_config  # noqa: E402
-from localspec.engine import generate  # noqa: E402
+from localspec.drafters.eagle.drafter import EagleDrafter  # noqa: E402
+from localspec.engine.loop import generate  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
+from localspec.train.save import head_config  # noqa: E402
 
 LLAMA31_8B = DecoderConfig(
     vocab_size=128256,

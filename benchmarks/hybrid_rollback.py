@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from tiny_hybrid import write_tiny_qwen35  # noqa: E402
 
-import localspec.backends.llama_cpp as llama  # noqa: E402
-from localspec.backends.llama_cpp import RS_SNAPSHOTS, LlamaCppBackend  # noqa: E402
+import localspec.backends.llama_cpp.backend as llama  # noqa: E402
+from localspec.backends.llama_cpp.backend import RS_SNAPSHOTS, LlamaCppBackend  # noqa: E402
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 llama.cpp repacks Q4_0/Q4_K/IQ4_NL weights at load (its CPU "extra buffers") for faster gemm kernels; the
 repacked layout is what llama-server runs. Left unrepacked, the weights keep the file's layout: llama.cpp's
 other kernels (vec_dot, llamafile sgemm) compute them, and ggml's reference mode can make a window bit for bit
-a 1-token step (`--exact`, localspec/backends/llama_cpp_exact.py). For each quantization (a file of another
+a 1-token step (`--exact`, localspec/backends/llama_cpp/exact.py). For each quantization (a file of another
 quantization is made from MODEL by requantizing it into a temporary folder: its speed is the format's) three
 configurations are timed, interleaved round by round (this machine drifts by +-15%):
 - repacked: llama.cpp's defaults;
@@ -14,7 +14,7 @@ is timed whole. A typical turn (a PROMPT-token prompt prefilled, ANSWER tokens d
 layout: plain decoding, and speculation whose tokens are each accepted with probability a (the best window for
 that curve, the geometric model). The layout that wins every one of these turns is the verdict for that
 quantization; `--table` writes the verdicts for this CPU kind into the table localspec loads weights by
-(localspec/backends/llama_layout.json).
+(localspec/backends/llama_cpp/layout.json).
 
     python benchmarks/kernel_costs.py MODEL.gguf [--quants Q4_K_M,Q4_0,Q8_0] [--rounds 5] [--json OUT] [--table]
 """
@@ -33,11 +33,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
-from localspec.backends.llama_layout import TABLE, cpu_kind  # noqa: E402
-from localspec.calibrate import window_differences  # noqa: E402
+from localspec.backends.llama_cpp.backend import LlamaCppBackend  # noqa: E402
+from localspec.backends.llama_cpp.layout import TABLE, cpu_kind  # noqa: E402
+from localspec.bench.quants import quant_of, requantize  # noqa: E402
 from localspec.cpus import default_threads  # noqa: E402
-from localspec.quants import quant_of, requantize  # noqa: E402
+from localspec.engine.calibrate import window_differences  # noqa: E402
 
 WINDOWS = "1,2,3,4,5,8,9,12,16,17,24,32,33,48,64,65"
 ANSWER = 400  # tokens decoded in the typical turn

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from fakes import ScriptedBackend  # noqa: E402
 from tiny_mlx_hybrid import qwen3_5_model  # noqa: E402
 
-from localspec.backends.mlx_backend import MlxBackend  # noqa: E402
+from localspec.backends.mlx.backend import MlxBackend  # noqa: E402
 
 WINDOW = 32
 

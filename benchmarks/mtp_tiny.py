@@ -21,13 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from tiny_hybrid import write_tiny_qwen35  # noqa: E402
 from tiny_step35 import write_tiny_step35  # noqa: E402
 
-from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
+from localspec.backends.llama_cpp.backend import LlamaCppBackend  # noqa: E402
 from localspec.drafters.base import NoDrafter  # noqa: E402
 from localspec.drafters.context import DrafterContext  # noqa: E402
-from localspec.drafters.mtp import build  # noqa: E402
-from localspec.engine import generate  # noqa: E402
+from localspec.drafters.mtp.drafter import build  # noqa: E402
+from localspec.engine.loop import generate  # noqa: E402
+from localspec.engine.speclen import FixedK  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
-from localspec.speclen import FixedK  # noqa: E402
 
 MODELS = {  # kind -> how its GGUF is written
     "token": lambda path: write_tiny_qwen35(path, mtp="token", trunk="identity"),

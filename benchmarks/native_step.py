@@ -65,9 +65,10 @@ def worker(a) -> dict:
     """One measured greedy decode run of variant a.worker; returns its figures (printed as JSON)."""
     import numpy as np
 
-    from localspec.backends import llama_cpp as lc
+    from localspec.backends.llama_cpp import backend as lc
+    from localspec.backends.llama_cpp.capi import load_lib
 
-    lib = lc._lib()
+    lib = load_lib()
     raw = lib.llama_cpp._lib  # the ctypes CDLL of libllama
     log_lines: list[str] = []
 
@@ -152,7 +153,7 @@ def worker(a) -> dict:
 def engine_run(b, prompt: list[int], tokens: int, libs: dict) -> dict:
     """The decode figures of one plain turn through the engine, prefill excluded."""
     from localspec.drafters.base import NoDrafter
-    from localspec.engine import generate
+    from localspec.engine.loop import generate
     from localspec.sampling import SamplingParams
 
     b.eog_tokens = frozenset()  # random text may hit end-of-turn early: always decode `tokens`
@@ -304,7 +305,7 @@ def main() -> int:
         print(json.dumps(worker(a)))
         return 0
     if a.model is None or not Path(a.model).exists():
-        from localspec.registry import resolve_model
+        from localspec.models.registry import resolve_model
 
         a.model = resolve_model(a.model)[1]
     a.ctx = a.ctx or a.depth + a.tokens

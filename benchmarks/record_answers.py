@@ -14,11 +14,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workload import DEFAULT_WORKLOAD, load_cases  # noqa: E402
 
-from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
-from localspec.chat import Conversation  # noqa: E402
+from localspec.backends.llama_cpp.backend import LlamaCppBackend  # noqa: E402
+from localspec.chat.conversation import Conversation  # noqa: E402
 from localspec.drafters.base import NoDrafter  # noqa: E402
-from localspec.engine import generate  # noqa: E402
-from localspec.registry import resolve_model  # noqa: E402
+from localspec.engine.loop import generate  # noqa: E402
+from localspec.models.registry import resolve_model  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 
 

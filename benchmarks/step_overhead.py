@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
-from localspec.engine import generate  # noqa: E402
-from localspec.registry import resolve_model  # noqa: E402
+from localspec.backends.llama_cpp.backend import LlamaCppBackend  # noqa: E402
+from localspec.engine.loop import generate  # noqa: E402
+from localspec.models.registry import resolve_model  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 
 NATIVE = ("llama_decode", "llama_get_logits")  # the C calls of a step (ctypes calls are invisible to cProfile)

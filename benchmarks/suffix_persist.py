@@ -20,8 +20,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from localspec.drafters.suffix import SuffixDrafter, SuffixOptions  # noqa: E402
-from localspec.drafters.suffix_store import AnswerStore  # noqa: E402
+from localspec.drafters.suffix.drafter import SuffixDrafter, SuffixOptions  # noqa: E402
+from localspec.drafters.suffix.store import AnswerStore  # noqa: E402
 
 
 def main() -> None:

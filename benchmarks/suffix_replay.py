@@ -1,5 +1,5 @@
 """Offline replay of the code-edit cases: how many tokens per step the suffix and n-gram drafters would get
-accepted at each draft length K, against a perfect oracle (localspec.simulate; no model runs).
+accepted at each draft length K, against a perfect oracle (localspec.bench.simulate; no model runs).
 
 The answers are CONSTRUCTED, not model outputs: each case's expected edit applied to its source by a small
 builder below (the rename done with str.replace, the type hints written into the signature, the log line
@@ -37,14 +37,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
-from localspec.bench import load_cases  # noqa: E402
-from localspec.drafters import suffix as suffix_module  # noqa: E402
+from localspec.backends.llama_cpp.backend import LlamaCppBackend  # noqa: E402
+from localspec.bench.run import load_cases  # noqa: E402
+from localspec.bench.simulate import cost_curve, simulate, summary  # noqa: E402
 from localspec.drafters.ngram import NgramDrafter  # noqa: E402
-from localspec.drafters.suffix import SuffixDrafter, SuffixOptions  # noqa: E402
-from localspec.drafters.suffix_tree import SuffixTree, load_library  # noqa: E402
-from localspec.simulate import cost_curve, simulate, summary  # noqa: E402
-from localspec.speclen import AdaptiveK, acceptance  # noqa: E402
+from localspec.drafters.suffix import drafter as suffix_module  # noqa: E402
+from localspec.drafters.suffix.drafter import SuffixDrafter, SuffixOptions  # noqa: E402
+from localspec.drafters.suffix.tree import SuffixTree, load_library  # noqa: E402
+from localspec.engine.speclen import AdaptiveK, acceptance  # noqa: E402
 
 WORKLOAD = ROOT.parent / "shared" / "bench" / "workload.jsonl"
 RECORDED = ROOT / "benchmarks" / "results" / "answers-qwen2.5-coder-1.5b.jsonl"
@@ -136,7 +136,7 @@ def smollm2_gguf() -> Path:
 def build_before(folder: Path):
     """The trie of BEFORE_COMMIT, compiled with the system C compiler."""
     source = subprocess.run(
-        ["git", "show", f"{BEFORE_COMMIT}:localspec/drafters/_suffixtree.c"],
+        ["git", "show", f"{BEFORE_COMMIT}:localspec/drafters/suffix/_suffixtree.c"],
         cwd=ROOT,
         check=True,
         capture_output=True,
@@ -261,7 +261,7 @@ def main() -> None:
     for kind, results in recorded.items():
         print_table(f"recorded answers of Qwen2.5-Coder-1.5B, {kind}", results)
     report = {
-        "what": "offline replay (localspec.simulate, perfect oracle) of the code-edit cases; answers are "
+        "what": "offline replay (localspec.bench.simulate, perfect oracle) of the code-edit cases; answers are "
         "constructed edits, not model outputs",
         "workload": str(args.workload),
         "tokenizer": gguf.name,

@@ -20,11 +20,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
-from localspec.drafters import suffix_tree  # noqa: E402
-from localspec.drafters.suffix import SuffixDrafter, SuffixOptions  # noqa: E402
-from localspec.drafters.suffix_store import AnswerStore  # noqa: E402
-from localspec.registry import resolve_model  # noqa: E402
+from localspec.backends.llama_cpp.backend import LlamaCppBackend  # noqa: E402
+from localspec.drafters.suffix import tree as suffix_tree  # noqa: E402
+from localspec.drafters.suffix.drafter import SuffixDrafter, SuffixOptions  # noqa: E402
+from localspec.drafters.suffix.store import AnswerStore  # noqa: E402
+from localspec.models.registry import resolve_model  # noqa: E402
 
 
 def stdlib_text(limit_chars: int) -> str:

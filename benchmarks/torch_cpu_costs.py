@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from localspec.backends.torch_backend import TorchBackend
-from localspec.drafters.eagle import EagleDrafter
+from localspec.backends.torch.backend import TorchBackend
+from localspec.drafters.eagle.drafter import EagleDrafter
 from localspec.types import Features
 
 TEXT = "Explain how a hash table works. It maps keys to values using a hash function. " * 4

@@ -20,15 +20,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
-from localspec.chat import Conversation  # noqa: E402
-from localspec.chat_store import SavedChat  # noqa: E402
-from localspec.commands import _stream  # noqa: E402
+from localspec.apps.commands import _stream  # noqa: E402
+from localspec.apps.tui.app import ChatApp  # noqa: E402
+from localspec.backends.llama_cpp.backend import LlamaCppBackend  # noqa: E402
+from localspec.chat.conversation import Conversation  # noqa: E402
+from localspec.chat.store import SavedChat  # noqa: E402
 from localspec.drafters.table import DrafterSetup  # noqa: E402
-from localspec.registry import resolve_model  # noqa: E402
+from localspec.models.registry import resolve_model  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 from localspec.session import Session  # noqa: E402
-from localspec.tui.app import ChatApp  # noqa: E402
 
 PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring and an example."
 
@@ -66,7 +66,7 @@ def one_run(mode: str, model: str, drafter: str, tokens: int) -> float:
         conversation.add("user", PROMPT)
         with open_session() as session:
             return _stream(session, conversation, None)[1].decode_tps
-    import localspec.tui.app as app_module
+    import localspec.apps.tui.app as app_module
 
     for knob in ("UPDATE_S", "STATS_S", "MARKDOWN_S"):  # experiments: BENCH_UPDATE_S=1000 etc.
         if os.environ.get("BENCH_" + knob):

@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
-from localspec.registry import resolve_model  # noqa: E402
+from localspec.backends.llama_cpp.backend import LlamaCppBackend  # noqa: E402
+from localspec.models.registry import resolve_model  # noqa: E402
 
 
 def main() -> None:

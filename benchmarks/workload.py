@@ -21,12 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
-from localspec.bench import load_cases  # noqa: E402
-from localspec.chat import Conversation  # noqa: E402
+from localspec.backends.llama_cpp.backend import LlamaCppBackend  # noqa: E402
+from localspec.bench.run import load_cases  # noqa: E402
+from localspec.chat.conversation import Conversation  # noqa: E402
 from localspec.drafters.table import DrafterSetup  # noqa: E402
-from localspec.engine import stream_generate  # noqa: E402
-from localspec.registry import resolve_model  # noqa: E402
+from localspec.engine.loop import stream_generate  # noqa: E402
+from localspec.models.registry import resolve_model  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)

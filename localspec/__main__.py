@@ -1,5 +1,5 @@
 import sys
 
-from localspec.cli import main
+from localspec.apps.cli import main
 
 sys.exit(main())

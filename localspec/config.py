@@ -15,9 +15,17 @@ from pathlib import Path
 from localspec.drafters.context import DrafterContext
 from localspec.drafters.table import DRAFTERS, DrafterSetup, chain_members, drafter_kind, runs_on
 from localspec.errors import ConfigError, LocalspecError
+from localspec.models.registry import (
+    ASSISTANT,
+    HEAD_DRAFTERS,
+    ModelEntry,
+    Registry,
+    load_registry,
+    model_entry,
+    resolve_model,
+)
 from localspec.options import from_table
 from localspec.places import user_config_file
-from localspec.registry import ASSISTANT, HEAD_DRAFTERS, ModelEntry, Registry, load_registry, model_entry, resolve_model
 from localspec.sampling import SamplingParams
 
 DEFAULT_DRAFTER = "suffix"  # when models.toml recommends none for the model
@@ -86,7 +94,7 @@ def _check_entry(entry: ModelEntry) -> None:
 def choose_backend(spec: str | None, entry: ModelEntry | None) -> str:
     """MLX on Apple silicon for an alias with an MLX source (or a model folder); a folder elsewhere goes to
     torch; everything else to llama.cpp."""
-    from localspec.hub import default_backend, on_apple_silicon
+    from localspec.models.hub import default_backend, on_apple_silicon
 
     if entry is not None:
         return default_backend(entry)
@@ -272,7 +280,7 @@ def _options_of(args, kind, entry: ModelEntry | None, models_toml: dict, find_mo
 def _environment_rows() -> list[tuple[str, object, str]]:
     """The files and folders localspec reads and writes, and the variables that move them."""
     from localspec.cost_cache import cache_disabled
-    from localspec.drafters.suffix_tree import implementation
+    from localspec.drafters.suffix.tree import implementation
     from localspec.places import place, user_models_file
 
     def source(*names: str) -> str:

@@ -3,7 +3,7 @@
 What a k-token window costs depends on the model file, the backend and its build, the device and the
 threads (Backend.cost_key()), not on the conversation, so a new session can start from the last one's
 curve instead of measuring (and exploring) it again; the exact guard's near-tie margin
-(localspec/exact_guard.py) is kept the same way. Files live in ``~/.cache/localspec/<kind>/`` (or
+(localspec/engine/exact.py) is kept the same way. Files live in ``~/.cache/localspec/<kind>/`` (or
 ``$LOCALSPEC_CACHE/<kind>/``). A damaged file is ignored with a warning and overwritten by the next save;
 nothing here raises into a chat.
 """

@@ -10,19 +10,19 @@ import numpy as np
 
 from localspec.backends import load_backend
 from localspec.backends.base import Backend, Progress
-from localspec.baseline import PlainBaseline
-from localspec.chat import Conversation
+from localspec.chat.conversation import Conversation
+from localspec.chat.prompt_states import PromptStates
+from localspec.chat.reasoning import SWITCH, ReasoningFormat, reasoning_format
 from localspec.config import MAX_TOKENS, Settings
 from localspec.cost_cache import CostCache, cache_disabled
 from localspec.drafters.base import Drafter, check_fit
 from localspec.drafters.table import DRAFTERS, DrafterSetup
-from localspec.engine import stream_generate
+from localspec.engine.baseline import PlainBaseline
+from localspec.engine.exact import exact_mode
+from localspec.engine.loop import stream_generate
+from localspec.engine.speclen import AdaptiveK, FixedK, make_policy
 from localspec.errors import ConfigError, LocalspecError
-from localspec.exact_guard import exact_mode
-from localspec.prompt_states import PromptStates
-from localspec.reasoning import SWITCH, ReasoningFormat, reasoning_format
 from localspec.sampling import SamplingParams
-from localspec.speclen import AdaptiveK, FixedK, make_policy
 from localspec.types import TokenEvent
 
 
@@ -168,7 +168,7 @@ class Session:
 
     def cost_cache(self, invariant: bool) -> CostCache:
         """The verify-cost curve on disk for the backend and the kernels in use: batch-invariant windows
-        cost more than the default kernels' (localspec/backends/llama_cpp_exact.py), so each has its own."""
+        cost more than the default kernels' (localspec/backends/llama_cpp/exact.py), so each has its own."""
         key = None if cache_disabled() else self.backend.cost_key()
         if key is not None and invariant:
             key += "|batch-invariant kernels"
@@ -334,7 +334,7 @@ class Session:
 
     def _guard_margin(self) -> tuple[float, str]:
         """--exact's near-tie margin for this backend, model and build, and where it comes from."""
-        from localspec.calibrate import margin_for
+        from localspec.engine.calibrate import margin_for
 
         return margin_for(self.backend)
 

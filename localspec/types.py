@@ -12,7 +12,7 @@ import numpy as np
 from localspec.rows import Rows, as_rows
 
 if TYPE_CHECKING:
-    from localspec.stats import TurnStats
+    from localspec.engine.stats import TurnStats
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ class Verdict:
     accepted: int
     tokens: tuple[int, ...]  # accepted draft tokens followed by the target's own token
     path: tuple[int, ...] = ()  # indices in the draft of the accepted tokens (a tree's accepted branch)
-    held: bool = False  # the target's own token was left to a single-token step (localspec/exact_guard.py)
+    held: bool = False  # the target's own token was left to a single-token step (localspec/engine/exact.py)
 
     @property
     def next_token(self) -> int:

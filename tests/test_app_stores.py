@@ -1,4 +1,4 @@
-"""Models other apps downloaded (localspec/app_stores.py), on fake layouts of LM Studio's models folder,
+"""Models other apps downloaded (localspec/models/app_stores.py), on fake layouts of LM Studio's models folder,
 Ollama's store and llama.cpp's caches: found, named, run with --model, reused by pull, and never changed."""
 
 import hashlib
@@ -10,8 +10,8 @@ import pytest
 from test_cli import assert_one_line_error, run_cli
 from test_hub import gguf_bytes, hub, listing  # noqa: F401 - the stand-in hub fixture
 
-from localspec.app_stores import Stores, found_prefix, is_model_file
-from localspec.registry import is_path, resolve_model
+from localspec.models.app_stores import Stores, found_prefix, is_model_file
+from localspec.models.registry import is_path, resolve_model
 
 
 def write(path: Path, data: bytes) -> Path:

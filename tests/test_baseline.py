@@ -4,9 +4,9 @@ once there are enough of them, and never above what the tokens per step allow.""
 import pytest
 from fakes import OracleDrafter, ScriptedBackend, TimedBackend
 
-from localspec.baseline import EPS, MIN_STEPS, PlainBaseline, speedup
 from localspec.drafters.base import NoDrafter
-from localspec.engine import generate, stream_generate
+from localspec.engine.baseline import EPS, MIN_STEPS, PlainBaseline, speedup
+from localspec.engine.loop import generate, stream_generate
 from localspec.sampling import SamplingParams
 from localspec.types import EMPTY_DRAFT
 

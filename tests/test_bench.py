@@ -6,13 +6,13 @@ import pytest
 from fakes import ScriptedBackend
 from test_cli import assert_one_line_error, run_cli
 
-from localspec.bench import format_tables, load_cases, make_methods, old_spellings, run_bench, verify_bound
+from localspec.bench.run import format_tables, load_cases, make_methods, old_spellings, run_bench, verify_bound
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.table import DrafterSetup
+from localspec.engine.speclen import AdaptiveK, FixedK
 from localspec.errors import ConfigError
 from localspec.sampling import SamplingParams
 from localspec.session import Session
-from localspec.speclen import AdaptiveK, FixedK
 
 
 def test_builtin_workload_has_every_kind_and_pastes_sources():
@@ -91,7 +91,7 @@ def test_run_is_exact_and_reports_per_kind(tmp_path):
 
 def test_each_repeat_starts_cold_and_no_case_meets_its_own_answer(tmp_path, monkeypatch):
     """Spy on every suffix drafter: what its global tree holds when a case begins, by the case it came from."""
-    from localspec.drafters.suffix import SuffixDrafter
+    from localspec.drafters.suffix.drafter import SuffixDrafter
 
     s = session(tmp_path)
     case_of = {tuple(s.backend.chat_tokens(c["messages"])): c["id"] for c in CASES}

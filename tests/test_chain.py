@@ -11,10 +11,10 @@ from localspec.drafters.base import Drafter, NoDrafter
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.table import DrafterSetup, chain_members
-from localspec.engine import generate
+from localspec.engine.loop import generate
+from localspec.engine.speclen import AdaptiveK, FixedK
 from localspec.errors import ConfigError
 from localspec.sampling import SamplingParams
-from localspec.speclen import AdaptiveK, FixedK
 from localspec.types import Draft, Verdict
 
 GREEDY = SamplingParams(temperature=0)

@@ -3,7 +3,7 @@
 import pytest
 from fakes import ScriptedBackend
 
-from localspec.chat import Conversation
+from localspec.chat.conversation import Conversation
 from localspec.errors import ContextOverflow
 
 

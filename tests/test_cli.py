@@ -9,7 +9,7 @@ import tempfile
 
 import pytest
 
-from localspec.cli import main
+from localspec.apps.cli import main
 
 
 def run_cli(*args, stdin=None, env=None):
@@ -171,7 +171,7 @@ def test_simulate_names_the_bad_line(tmp_path):
 
 @pytest.mark.model
 def test_run_with_a_draft_model_reports_both_memories():
-    from localspec.registry import resolve_model
+    from localspec.models.registry import resolve_model
 
     path = str(resolve_model("smollm2-135m")[1])
     result = run_cli(
@@ -335,7 +335,7 @@ def test_config_prints_each_setting_and_its_source(capsys, tmp_path, monkeypatch
 def test_a_recommended_drafter_the_model_cannot_run_gives_way_and_a_named_one_is_refused(tmp_path):
     """models.toml recommends suffix+mtp, but this GGUF (SmolLM2) has no MTP layer: the run goes on with
     suffix and the load report says why; --drafter mtp, named by the user, is refused in one line."""
-    from localspec.registry import resolve_model
+    from localspec.models.registry import resolve_model
 
     user = tmp_path / "models.toml"
     user.write_text(f"[models.mine]\npath = '{resolve_model('smollm2-135m')[1]}'\ndrafters = ['suffix+mtp']\n")

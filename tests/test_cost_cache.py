@@ -6,12 +6,12 @@ from dataclasses import replace
 
 from fakes import ScriptedBackend
 
-from localspec.chat import Conversation
+from localspec.chat.conversation import Conversation
 from localspec.cost_cache import CostCache
 from localspec.drafters.ngram import NgramDrafter
+from localspec.engine.speclen import AdaptiveK
 from localspec.sampling import SamplingParams
 from localspec.session import Session
-from localspec.speclen import AdaptiveK
 
 COSTS = {"verify_s": {"1": 0.05, "9": 0.3}, "count": {"1": 40, "9": 3}}
 

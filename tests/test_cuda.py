@@ -12,8 +12,8 @@ def cuda_backend(dtype=None):
     from fakes import ScriptedBackend
     from test_eagle import DEEP
 
-    from localspec.backends.torch_backend import TorchBackend
-    from localspec.backends.torch_decoder import Decoder
+    from localspec.backends.torch.backend import TorchBackend
+    from localspec.backends.torch.decoder import Decoder
 
     torch.manual_seed(0)
     model = Decoder(DEEP)
@@ -41,10 +41,10 @@ def test_cuda_eagle_greedy_equals_plain_and_runs_in_bf16(tmp_path, tree):
     from test_eagle import PROMPT, write_eagle3_head
     from test_torch_backend import GREEDY
 
-    from localspec.backends.torch_backend import TorchBackend
+    from localspec.backends.torch.backend import TorchBackend
     from localspec.drafters.base import NoDrafter
-    from localspec.drafters.eagle import EagleDrafter
-    from localspec.engine import generate
+    from localspec.drafters.eagle.drafter import EagleDrafter
+    from localspec.engine.loop import generate
 
     backend = cuda_backend(torch.float32)
     write_eagle3_head(tmp_path / "head", backend)
@@ -71,9 +71,9 @@ def test_cuda_rows_give_the_numpy_verifiers_verdicts():
     """backends/torch_rows.py on the GPU: argmax, top-k and min-p's cut computed there, the same verdicts."""
     from test_device_rows import SAMPLERS, random_case
 
-    from localspec.backends.torch_rows import TorchRows
+    from localspec.backends.torch.rows import TorchRows
+    from localspec.engine.verify import verify_draft
     from localspec.sampling import Streams
-    from localspec.verify import verify_draft
 
     rng = np.random.default_rng(11)
     for sampler in SAMPLERS:
@@ -91,12 +91,12 @@ def test_cuda_graphs_are_captured_and_replay_the_eager_steps_rows():
     from test_eagle import DEEP, PROMPT
     from test_torch_backend import GREEDY
 
-    from localspec.backends.torch_backend import TorchBackend
-    from localspec.backends.torch_decoder import Decoder
-    from localspec.backends.torch_graphs import BUCKETS
+    from localspec.backends.torch.backend import TorchBackend
+    from localspec.backends.torch.decoder import Decoder
+    from localspec.backends.torch.graphs import BUCKETS
     from localspec.drafters.base import NoDrafter
     from localspec.drafters.ngram import NgramDrafter
-    from localspec.engine import generate
+    from localspec.engine.loop import generate
 
     torch.manual_seed(0)
     model = Decoder(DEEP)

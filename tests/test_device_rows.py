@@ -9,11 +9,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from localspec.backends.torch_rows import TorchRows  # noqa: E402
-from localspec.exact_guard import guard  # noqa: E402
+from localspec.backends.torch.rows import TorchRows  # noqa: E402
+from localspec.engine.exact import guard  # noqa: E402
+from localspec.engine.verify import verify_draft  # noqa: E402
 from localspec.sampling import SamplingParams, Streams  # noqa: E402
 from localspec.types import Draft, ForwardOut  # noqa: E402
-from localspec.verify import verify_draft  # noqa: E402
 
 VOCAB = 300
 SAMPLERS = [
@@ -90,8 +90,8 @@ def test_the_torch_backend_hands_out_device_rows():
     from fakes import ScriptedBackend
     from test_eagle import DEEP
 
-    from localspec.backends.torch_backend import TorchBackend
-    from localspec.backends.torch_decoder import Decoder
+    from localspec.backends.torch.backend import TorchBackend
+    from localspec.backends.torch.decoder import Decoder
 
     torch.manual_seed(0)
     backend = TorchBackend.from_decoder(Decoder(DEEP), ScriptedBackend(vocab_size=DEEP.vocab_size), n_ctx=64)

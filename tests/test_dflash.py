@@ -15,14 +15,14 @@ from test_distribution import chi_square_p  # noqa: E402
 from tiny_dflash import reference_block, write_dflash_head  # noqa: E402
 from tiny_gguf import write_tiny_f32_llama  # noqa: E402
 
-from localspec.backends.torch_backend import TorchBackend  # noqa: E402
+from localspec.backends.torch.backend import TorchBackend  # noqa: E402
 from localspec.drafters.base import NoDrafter  # noqa: E402
 from localspec.drafters.context import DrafterContext  # noqa: E402
-from localspec.drafters.dflash import DFlashOptions, build, build_dspark, load_head  # noqa: E402
-from localspec.engine import generate  # noqa: E402
+from localspec.drafters.dflash.drafter import DFlashOptions, build, build_dspark, load_head  # noqa: E402
+from localspec.engine.loop import generate  # noqa: E402
+from localspec.engine.speclen import FixedK  # noqa: E402
 from localspec.errors import ConfigError, ModelError  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
-from localspec.speclen import FixedK  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)
 PROMPT = [40, 41, 42, 43, 44, 45, 40, 41, 42, 50, 51]
@@ -199,8 +199,8 @@ def test_heads_for_another_model_or_the_other_kind_are_refused(tmp_path, target)
 def test_the_training_forward_is_the_drafting_forward(tmp_path, target):
     """A DFlashTrainHead's blocks (many anchors in one pass, each seeing only the context before it) equal,
     once saved in the released layout, what the torch drafter's head computes for each anchor alone."""
-    from localspec.dflash_train import DFlashTrainHead
-    from localspec.eagle_train import save_head
+    from localspec.train.dflash import DFlashTrainHead
+    from localspec.train.driver import save_head
 
     head = DFlashTrainHead(target.model, seed=3, block=6)
     assert head.layer_ids == (1, 2, 3, 4, 5) and head.feature_layers == (2, 3, 4, 5, 6)  # 8 layers: 1 .. L-3

@@ -15,7 +15,7 @@ from scipy.stats import chisquare
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
-from localspec.engine import generate
+from localspec.engine.loop import generate
 from localspec.sampling import SamplingParams
 
 V, N, SAMPLES, PROMPT = 6, 3, 20_000, [0, 1, 2, 1, 0, 1]
@@ -112,7 +112,7 @@ def test_the_chi_square_check_catches_a_biased_sampler():
 def test_the_chi_square_check_catches_siblings_tried_against_the_full_p(monkeypatch):
     """Trying every sibling against the full p (a fresh draw each, instead of one draw of the target's token
     that at most one sibling can match) over-accepts siblings: the check sees it."""
-    import localspec.verify as verify
+    import localspec.engine.verify as verify
     from localspec.sampling import sample
 
     def tried_against_the_full_p(draft, kids, ids, p, draws):

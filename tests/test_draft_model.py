@@ -7,9 +7,9 @@ from fakes import ScriptedBackend, TimedBackend
 
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
-from localspec.engine import generate
+from localspec.engine.loop import generate
+from localspec.engine.speclen import AdaptiveK
 from localspec.sampling import SamplingParams
-from localspec.speclen import AdaptiveK
 
 GREEDY = SamplingParams(temperature=0)
 V = 16

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from fakes import ScriptedBackend
 
-from localspec.cli import build_parser
+from localspec.apps.cli import build_parser
+from localspec.apps.tui.slash import help_text
 from localspec.config import load_models, settings_from_args
 from localspec.drafters.base import Drafter
 from localspec.drafters.table import DRAFTERS, DrafterKind, markdown_table
 from localspec.errors import ConfigError
 from localspec.options import option
 from localspec.session import Session
-from localspec.tui.slash import help_text
 from localspec.types import Draft
 
 README = Path(__file__).resolve().parent.parent / "README.md"

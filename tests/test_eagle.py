@@ -13,11 +13,11 @@ from fakes import ScriptedBackend  # noqa: E402
 from test_distribution import chi_square_p  # noqa: E402
 from test_torch_backend import GREEDY, V, assert_close, tiny, write_eagle_head  # noqa: E402
 
-from localspec.backends.torch_backend import TorchBackend  # noqa: E402
-from localspec.backends.torch_decoder import Decoder, DecoderConfig  # noqa: E402
+from localspec.backends.torch.backend import TorchBackend  # noqa: E402
+from localspec.backends.torch.decoder import Decoder, DecoderConfig  # noqa: E402
 from localspec.drafters.base import NoDrafter  # noqa: E402
-from localspec.drafters.eagle import EagleDrafter  # noqa: E402
-from localspec.engine import generate  # noqa: E402
+from localspec.drafters.eagle.drafter import EagleDrafter  # noqa: E402
+from localspec.engine.loop import generate  # noqa: E402
 from localspec.errors import ConfigError, ModelError  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 
@@ -242,7 +242,7 @@ def word_corpus(path, seed=0) -> list[str]:
 
 # -- train-eagle -----------------------------------------------------------------------------------------
 def test_train_eagle_learns_a_head_that_loads_and_drafts(tmp_path):
-    from localspec.eagle_train import TrainConfig, train_eagle
+    from localspec.train.driver import TrainConfig, train_eagle
 
     backend = tiny("llama-gqa")
     docs = word_corpus(tmp_path / "corpus.txt")
@@ -267,7 +267,7 @@ def test_train_eagle_learns_a_head_that_loads_and_drafts(tmp_path):
 
 
 def test_train_eagle_rejects_bad_corpora(tmp_path):
-    from localspec.eagle_train import TrainConfig, train_eagle
+    from localspec.train.driver import TrainConfig, train_eagle
 
     backend = tiny("llama-gqa")
     with pytest.raises(ConfigError, match="no such corpus"):

@@ -6,7 +6,7 @@ from fakes import OracleDrafter, RandomDrafter, ScriptedBackend
 
 from localspec.drafters.base import Drafter, NoDrafter
 from localspec.drafters.ngram import NgramDrafter
-from localspec.engine import generate, stream_generate
+from localspec.engine.loop import generate, stream_generate
 from localspec.errors import ConfigError, ContextOverflow
 from localspec.sampling import SamplingParams
 from localspec.types import Draft

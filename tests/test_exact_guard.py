@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from fakes import OracleDrafter, ScriptedBackend
 
-from localspec.calibrate import MarginCache, margin_for, measure
 from localspec.drafters.base import NoDrafter
-from localspec.engine import generate
-from localspec.exact_guard import DEFAULT_MARGIN, exact_mode, guard
+from localspec.engine.calibrate import MarginCache, margin_for, measure
+from localspec.engine.exact import DEFAULT_MARGIN, exact_mode, guard
+from localspec.engine.loop import generate
 from localspec.rows import top_gaps
 from localspec.sampling import SamplingParams
 from localspec.types import Verdict

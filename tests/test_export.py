@@ -5,12 +5,12 @@ import shlex
 
 import pytest
 
-from localspec.chat import Conversation
-from localspec.chat_store import SavedChat
-from localspec.cli import main
+from localspec.apps.cli import main
+from localspec.apps.export import DEFAULT_K, command, plan, settled_k
+from localspec.chat.conversation import Conversation
+from localspec.chat.store import SavedChat
 from localspec.errors import ConfigError
-from localspec.export import DEFAULT_K, command, plan, settled_k
-from localspec.registry import load_registry
+from localspec.models.registry import load_registry
 
 
 def exported(model, drafter, engine, k=None, chats=()):

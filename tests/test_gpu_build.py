@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from localspec.backends.llama_cpp import ALL_LAYERS, gpu_layers, gpu_placement
+from localspec.backends.llama_cpp.capi import ALL_LAYERS, gpu_layers, gpu_placement
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -83,7 +83,7 @@ def test_macos_builds_metal_by_default_and_cpu_means_metal_off(tmp_path):
 
 
 def test_apple_silicon_is_macos_on_arm64(monkeypatch):
-    from localspec import hub
+    from localspec.models import hub
 
     for system, machine, expected in (
         ("darwin", "arm64", True),

@@ -266,7 +266,7 @@ def test_a_dflash_head_is_pulled_for_torch_and_converted_once_for_llama_cpp(hub,
     from tiny_dflash import write_dflash_head
     from tiny_gguf import VOCAB, write_tiny_f32_llama
 
-    from localspec.gguf_meta import read_metadata
+    from localspec.backends.gguf_meta import read_metadata
 
     target = write_tiny_f32_llama(tmp_path / "dtiny-f32.gguf", extra_tokens=1)
     vocab = len(VOCAB) + 1  # the extra token is the head's mask

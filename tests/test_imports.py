@@ -53,7 +53,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_import_graph_has_modules_and_edges():
     graph = import_graph()
-    assert "localspec.engine" in graph and "localspec.verify" in graph["localspec.engine"]
+    assert "localspec.engine.loop" in graph and "localspec.engine.verify" in graph["localspec.engine.loop"]
 
 
 def test_no_import_cycle():
@@ -62,12 +62,20 @@ def test_no_import_cycle():
 
 
 def test_the_registry_imports_no_chat_storage():
-    assert "localspec.chat_store" not in import_graph()["localspec.registry"]
+    assert "localspec.chat.store" not in import_graph()["localspec.models.registry"]
 
 
 # what the user-facing front ends may not reach into: they go through localspec.session (and config)
-INTERNALS = ("engine", "verify", "sampling", "speclen", "drafters", "backends")
-FRONT_ENDS = ("tui", "bench", "commands", "server")
+INTERNALS = ("engine", "sampling", "drafters", "backends")
+FRONT_ENDS = ("apps.tui", "bench.run", "apps.commands", "apps.server")
+# ...but for what a front end shows or runs as a command of its own: a turn's stats, `calibrate`, the converters
+OPEN = {
+    "localspec.engine.stats",
+    "localspec.engine.calibrate",
+    "localspec.backends.gguf_meta",
+    "localspec.drafters.eagle.gguf",
+    "localspec.drafters.dflash.gguf",
+}
 
 
 def front_end_violations(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
@@ -75,7 +83,11 @@ def front_end_violations(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
         return any(module == f"localspec.{n}" or module.startswith(f"localspec.{n}.") for n in names)
 
     return sorted(
-        (m, t) for m, targets in graph.items() if under(m, FRONT_ENDS) for t in targets if under(t, INTERNALS)
+        (m, t)
+        for m, targets in graph.items()
+        if under(m, FRONT_ENDS)
+        for t in targets
+        if under(t, INTERNALS) and t not in OPEN
     )
 
 
@@ -84,10 +96,10 @@ def test_front_ends_use_the_session_not_the_internals():
 
 
 def test_the_contract_check_catches_a_violation():
-    graph = {"localspec.tui.app": {"localspec.drafters.table", "localspec.session"}, "localspec.session": set()}
-    assert front_end_violations(graph) == [("localspec.tui.app", "localspec.drafters.table")]
+    graph = {"localspec.apps.tui.app": {"localspec.drafters.table", "localspec.session"}, "localspec.session": set()}
+    assert front_end_violations(graph) == [("localspec.apps.tui.app", "localspec.drafters.table")]
 
 
 def test_the_registry_knows_no_drafter_code():
     graph = import_graph()
-    assert not [t for t in graph["localspec.registry"] if t.startswith("localspec.drafters")]
+    assert not [t for t in graph["localspec.models.registry"] if t.startswith("localspec.drafters")]

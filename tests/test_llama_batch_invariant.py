@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from tiny_gguf import write_tiny_llama
 
-from localspec.backends.llama_cpp import LlamaCppBackend
-from localspec.calibrate import window_differences
+from localspec.backends.llama_cpp.backend import LlamaCppBackend
+from localspec.engine.calibrate import window_differences
 
 pytestmark = pytest.mark.model
 X86 = platform.machine().lower() in ("x86_64", "amd64")

@@ -4,16 +4,17 @@ import numpy as np
 import pytest
 from fakes import OracleDrafter, RandomDrafter
 
-from localspec.backends.llama_cpp import LlamaCppBackend, avoid_amx_buffers
-from localspec.calibrate import window_differences
-from localspec.chat import Conversation
+from localspec.backends.llama_cpp.backend import LlamaCppBackend
+from localspec.backends.llama_cpp.capi import avoid_amx_buffers
+from localspec.chat.conversation import Conversation
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
-from localspec.drafters.suffix import SuffixDrafter, SuffixOptions
-from localspec.engine import generate
-from localspec.exact_guard import DEFAULT_MARGIN
-from localspec.registry import resolve_model
+from localspec.drafters.suffix.drafter import SuffixDrafter, SuffixOptions
+from localspec.engine.calibrate import window_differences
+from localspec.engine.exact import DEFAULT_MARGIN
+from localspec.engine.loop import generate
+from localspec.models.registry import resolve_model
 from localspec.sampling import SamplingParams
 
 pytestmark = pytest.mark.model
@@ -264,7 +265,7 @@ def test_windows_longer_than_n_batch_are_split_and_stay_exact(backend):
 
 @pytest.mark.model
 def test_the_default_context_is_the_trained_one_as_far_as_memory_allows(backend, monkeypatch):
-    import localspec.backends.llama_cpp as module
+    import localspec.backends.llama_cpp.backend as module
 
     per_token = backend.kv_bytes_per_token()
     assert per_token == 30 * 3 * (64 + 64) * 2  # SmolLM2-135M: 30 layers, 3 KV heads of 64, f16 K and V

@@ -16,17 +16,17 @@ from test_distribution import chi_square_p  # noqa: E402
 from tiny_dflash import write_dflash_head  # noqa: E402
 from tiny_gguf import write_tiny_f32_llama  # noqa: E402
 
-from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
-from localspec.backends.torch_backend import TorchBackend  # noqa: E402
-from localspec.dflash_gguf import convert_dflash, gguf_head_for  # noqa: E402
+from localspec.backends.llama_cpp.backend import LlamaCppBackend  # noqa: E402
+from localspec.backends.torch.backend import TorchBackend  # noqa: E402
 from localspec.drafters.base import NoDrafter  # noqa: E402
 from localspec.drafters.context import DrafterContext  # noqa: E402
-from localspec.drafters.dflash import DFlashOptions, build, build_dspark, load_head  # noqa: E402
-from localspec.engine import generate  # noqa: E402
+from localspec.drafters.dflash.drafter import DFlashOptions, build, build_dspark, load_head  # noqa: E402
+from localspec.drafters.dflash.gguf import convert_dflash, gguf_head_for  # noqa: E402
+from localspec.engine.exact import DEFAULT_MARGIN  # noqa: E402
+from localspec.engine.loop import generate  # noqa: E402
+from localspec.engine.speclen import FixedK  # noqa: E402
 from localspec.errors import ConfigError, ModelError  # noqa: E402
-from localspec.exact_guard import DEFAULT_MARGIN  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
-from localspec.speclen import FixedK  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)
 
@@ -134,7 +134,7 @@ def test_a_hugging_face_folder_is_converted_once_into_the_cache(files, llama, tm
 
 
 def test_convert_dflash_command_writes_a_head_the_drafter_runs(files, llama, tmp_path, capsys):
-    from localspec.cli import main
+    from localspec.apps.cli import main
 
     folder = head_dir(tmp_path, files["torch"], kind="dspark")
     out = tmp_path / "head.gguf"
@@ -168,7 +168,7 @@ def test_train_dflash_learns_a_head_that_drafts_exactly(tmp_path):
     structure to learn), held-out agreement of the first drafted row rises (~0.12 -> ~0.6), and the head
     drafts (accepted tokens) with the output plain decoding's on torch and, converted (its own draft-vocabulary
     LM head and d2t), on llama.cpp."""
-    from localspec.eagle_train import TrainConfig, train_eagle
+    from localspec.train.driver import TrainConfig, train_eagle
 
     path = write_tiny_f32_llama(tmp_path / "t.gguf", seed=1, focus=32)
     target = TorchBackend(path, n_ctx=256, device="cpu")

@@ -14,15 +14,15 @@ from test_distribution import chi_square_p  # noqa: E402
 from test_eagle import write_eagle3_head, write_eagle_head  # noqa: E402
 from tiny_gguf import write_tiny_f32_llama  # noqa: E402
 
-from localspec.backends.llama_cpp import LlamaCppBackend  # noqa: E402
-from localspec.backends.torch_backend import TorchBackend  # noqa: E402
+from localspec.backends.llama_cpp.backend import LlamaCppBackend  # noqa: E402
+from localspec.backends.torch.backend import TorchBackend  # noqa: E402
 from localspec.drafters.base import NoDrafter  # noqa: E402
-from localspec.drafters.eagle import EagleDrafter  # noqa: E402
-from localspec.drafters.eagle_heads import load_eagle_head  # noqa: E402
-from localspec.eagle_gguf import convert_eagle  # noqa: E402
-from localspec.engine import generate  # noqa: E402
+from localspec.drafters.eagle.drafter import EagleDrafter  # noqa: E402
+from localspec.drafters.eagle.gguf import convert_eagle  # noqa: E402
+from localspec.drafters.eagle.torch_head import load_eagle_head  # noqa: E402
+from localspec.engine.exact import DEFAULT_MARGIN  # noqa: E402
+from localspec.engine.loop import generate  # noqa: E402
 from localspec.errors import ConfigError, ModelError  # noqa: E402
-from localspec.exact_guard import DEFAULT_MARGIN  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)
@@ -58,7 +58,7 @@ def test_convert_writes_the_layers_and_draft_vocabulary(files):
 
 
 def test_features_and_head_logits_equal_torchs(files, llama):
-    from localspec.drafters.eagle_llama import LlamaEagle3Head
+    from localspec.drafters.eagle.llama_head import LlamaEagle3Head
 
     tb = files["torch"]
     th = load_eagle_head(files["dir"] / "head", tb)
@@ -93,7 +93,7 @@ def test_features_and_head_logits_equal_torchs(files, llama):
 def test_tree_expansion_on_llama_cpp_equals_torchs(files, llama):
     """Two levels of an EAGLE-2 tree from the same context: every node's output rows agree with the torch
     head's tree attention (each node sees the context and its own ancestors only)."""
-    from localspec.drafters.eagle_llama import LlamaEagle3Head
+    from localspec.drafters.eagle.llama_head import LlamaEagle3Head
 
     th = load_eagle_head(files["dir"] / "head", files["torch"])
     lh = LlamaEagle3Head(files["dir"] / "head.gguf", llama)
@@ -246,7 +246,7 @@ def test_llama_cpp_gives_layer_inputs_only(llama):
 
 
 def test_a_missing_libllama_symbol_names_the_version_to_install(monkeypatch):
-    from localspec.backends import llama_ext
+    from localspec.backends.llama_cpp import ext as llama_ext
 
     monkeypatch.setitem(llama_ext._SIGNATURES, "llama_no_such_fn", (("_Z15llama_no_such_fnv",), [], None))
     with pytest.raises(ConfigError, match=r"does not export llama_no_such_fn.*llama-cpp-python 0\.3\.36"):
@@ -254,7 +254,7 @@ def test_a_missing_libllama_symbol_names_the_version_to_install(monkeypatch):
 
 
 def test_the_converted_head_keeps_the_targets_tokenizer(files):
-    from localspec.gguf_meta import read_metadata
+    from localspec.backends.gguf_meta import read_metadata
 
     meta = read_metadata(files["dir"] / "head.gguf")
     assert meta["general.architecture"] == "eagle3" and meta["eagle3.target_hidden_size"] == 64
@@ -265,7 +265,7 @@ def test_the_converted_head_keeps_the_targets_tokenizer(files):
 def test_train_eagle3_learns_a_head_that_runs_on_torch_and_llama_cpp(tmp_path):
     """`train-eagle --layout eagle3` on the tiny target: held-out agreement rises, the folder loads on torch,
     converts, and drafts on llama.cpp with accepted tokens, greedy output unchanged on both."""
-    from localspec.eagle_train import TrainConfig, train_eagle
+    from localspec.train.driver import TrainConfig, train_eagle
 
     target = write_tiny_f32_llama(tmp_path / "target.gguf", seed=1, focus=12)
     backend = TorchBackend(target, n_ctx=256, device="cpu")
@@ -308,7 +308,7 @@ def test_cli_converts_a_head_for_smollm2_and_runs_it_exactly(tmp_path):
     layer inputs) with a random EAGLE-3 head of its shapes: the answer is plain decoding's, chains and trees."""
     from test_cli import run_cli
 
-    from localspec.registry import resolve_model
+    from localspec.models.registry import resolve_model
 
     _, model = resolve_model("smollm2-135m")
     h, heads, kv, inter, vocab = 576, 9, 3, 1536, 49152

@@ -7,14 +7,14 @@ import pytest
 from tiny_gemma4 import write_tiny_assistant, write_tiny_gemma4
 from tiny_hybrid import write_tiny_qwen35
 
-from localspec.backends.llama_cpp import LlamaCppBackend
+from localspec.backends.llama_cpp.backend import LlamaCppBackend
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.context import DrafterContext
-from localspec.drafters.mtp import MtpOptions, build
-from localspec.engine import generate
+from localspec.drafters.mtp.drafter import MtpOptions, build
+from localspec.engine.loop import generate
+from localspec.engine.speclen import FixedK
 from localspec.errors import ConfigError, ModelError
 from localspec.sampling import SamplingParams
-from localspec.speclen import FixedK
 
 pytestmark = pytest.mark.model
 GREEDY = SamplingParams(temperature=0)

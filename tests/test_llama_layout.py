@@ -3,7 +3,7 @@ table says the file's own layout wins on this kind of CPU."""
 
 import json
 
-from localspec.backends.llama_layout import TABLE, cpu_kind, repack
+from localspec.backends.llama_cpp.layout import TABLE, cpu_kind, repack
 
 TABLE_ROWS = {"avx2": {"Q4_K_M": {"layout": "unrepacked"}, "Q4_0": {"layout": "repacked"}}}
 

@@ -8,14 +8,14 @@ import pytest
 from test_distribution import chi_square_p
 from tiny_hybrid import write_tiny_qwen35
 
-from localspec.backends.llama_cpp import LlamaCppBackend
+from localspec.backends.llama_cpp.backend import LlamaCppBackend
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.context import DrafterContext
-from localspec.drafters.mtp import build
-from localspec.engine import generate
+from localspec.drafters.mtp.drafter import build
+from localspec.engine.loop import generate
+from localspec.engine.speclen import FixedK
 from localspec.errors import ConfigError
 from localspec.sampling import SamplingParams
-from localspec.speclen import FixedK
 
 pytestmark = pytest.mark.model
 GREEDY = SamplingParams(temperature=0)
@@ -138,9 +138,9 @@ def test_a_model_without_mtp_layers_is_refused_by_name(tmp_path_factory):
 
 
 def test_list_finds_the_mtp_layer_in_the_file_not_in_its_name(tmp_path):
-    from localspec.gguf_meta import mtp_layers
-    from localspec.hub import listing
-    from localspec.registry import ModelEntry, Registry
+    from localspec.backends.gguf_meta import mtp_layers
+    from localspec.models.hub import listing
+    from localspec.models.registry import ModelEntry, Registry
 
     files = {
         m: write_tiny_qwen35(tmp_path / f"model-{i}.gguf", mtp=m) for i, m in enumerate(("random", None, "no-nextn"))
@@ -156,7 +156,7 @@ def test_a_stopped_answer_and_a_prompt_cached_without_it_are_handed_over_once(pa
     """The chat's stop button closes the stream mid-answer: the kept part still reaches the MTP layer, so the
     next turn prefills only its new tokens. A prompt cached by plain decoding is handed over the first time
     the drafter meets it, and not again."""
-    from localspec.engine import stream_generate
+    from localspec.engine.loop import stream_generate
 
     prompt = prompt_of(partial_mtp)
     partial_mtp.truncate(0)
@@ -182,7 +182,7 @@ def test_the_mtp_layers_cache_is_saved_and_loaded_with_the_servers_conversation_
     """Two conversations take turns through the server's conversation states: back on the first, its saved
     state is loaded for the target and for the MTP layer alike, so the turn prefills only its new tokens and
     drafts exactly what a drafter that never switched drafts."""
-    from localspec.prompt_states import PromptStates
+    from localspec.chat.prompt_states import PromptStates
 
     def turns(backend, switch: bool):
         drafter = build(backend, None, DrafterContext(seed=0))

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 from tiny_step35 import write_tiny_step35
 
-from localspec.backends.llama_cpp import LlamaCppBackend
+from localspec.backends.llama_cpp.backend import LlamaCppBackend
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.context import DrafterContext
-from localspec.drafters.mtp import build
-from localspec.drafters.mtp_llama import LlamaMtpHead, _RowHead
-from localspec.engine import generate
+from localspec.drafters.mtp.drafter import build
+from localspec.drafters.mtp.llama_head import LlamaMtpHead, _RowHead
+from localspec.engine.loop import generate
+from localspec.engine.speclen import FixedK
 from localspec.sampling import SamplingParams
-from localspec.speclen import FixedK
 
 pytestmark = pytest.mark.model
 GREEDY = SamplingParams(temperature=0)
@@ -145,9 +145,9 @@ def test_every_layers_cache_matches_a_fresh_one_over_turns_with_cuts(tmp_path_fa
 
 
 def test_more_layers_than_llama_cpp_chains_for_the_architecture_are_refused_by_name(tmp_path_factory, monkeypatch):
-    from localspec.drafters import mtp_llama
+    from localspec.backends.gguf_meta import mtp_layers
+    from localspec.drafters.mtp import llama_head as mtp_llama
     from localspec.errors import ConfigError
-    from localspec.gguf_meta import mtp_layers
 
     with load(tmp_path_factory, ("random", "random")) as backend:
         assert mtp_layers(backend.path) == 2 and backend.mtp_layers == 2 and backend.n_layers == 2

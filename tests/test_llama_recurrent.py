@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from tiny_hybrid import write_tiny_qwen35
 
-from localspec.backends.llama_cpp import RS_SNAPSHOTS, LlamaCppBackend
+from localspec.backends.llama_cpp.backend import RS_SNAPSHOTS, LlamaCppBackend
 from localspec.drafters.base import NoDrafter, check_fit
 from localspec.drafters.ngram import NgramDrafter
-from localspec.drafters.suffix import SuffixDrafter
-from localspec.engine import generate
+from localspec.drafters.suffix.drafter import SuffixDrafter
+from localspec.engine.loop import generate
 from localspec.errors import ConfigError
-from localspec.registry import resolve_model
+from localspec.models.registry import resolve_model
 from localspec.sampling import SamplingParams
 
 pytestmark = pytest.mark.model
@@ -173,7 +173,7 @@ def test_drafts_on_a_hybrid_target_are_capped_at_its_rollback(qwen35):
 
 
 def test_snapshots_are_fewer_where_memory_is_short_and_the_cap_follows(qwen35, monkeypatch, tmp_path):
-    import localspec.backends.llama_cpp as llama
+    import localspec.backends.llama_cpp.backend as llama
 
     per = qwen35.snapshot_bytes / RS_SNAPSHOTS
     assert per > 0
@@ -188,7 +188,7 @@ def test_snapshots_are_fewer_where_memory_is_short_and_the_cap_follows(qwen35, m
 @pytest.fixture(scope="module")
 def checkpointed(tmp_path_factory):
     """The tiny qwen35 made without snapshots, as llama.cpp makes Mamba, RWKV or Qwen3-Next: checkpoints."""
-    import localspec.backends.llama_cpp as llama
+    import localspec.backends.llama_cpp.backend as llama
 
     path = write_tiny_qwen35(tmp_path_factory.mktemp("checkpoint") / "qwen35.gguf")
     saved, llama.RS_SNAPSHOTS = llama.RS_SNAPSHOTS, 0
@@ -226,7 +226,7 @@ def test_a_hybrid_draft_model_cuts_its_drafts_back_from_a_saved_state(qwen35, tm
     past what snapshots restore: it saves its state where drafting starts and returns there, instead of
     prefilling its whole context again every step."""
     from localspec.drafters.draft_model import DraftModelDrafter
-    from localspec.speclen import FixedK
+    from localspec.engine.speclen import FixedK
 
     with LlamaCppBackend(write_tiny_qwen35(tmp_path / "draft.gguf", seed=5), n_ctx=256, n_threads=2) as draft:
         drafter = DraftModelDrafter(draft, qwen35.vocab_size, qwen35.vocab_size, seed=0)

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 from fakes import OracleTreeDrafter
 
-from localspec.backends.llama_cpp import LlamaCppBackend
-from localspec.chat import Conversation
+from localspec.backends.llama_cpp.backend import LlamaCppBackend
+from localspec.chat.conversation import Conversation
 from localspec.drafters.base import NoDrafter
-from localspec.engine import generate
-from localspec.exact_guard import DEFAULT_MARGIN
-from localspec.registry import resolve_model
+from localspec.engine.exact import DEFAULT_MARGIN
+from localspec.engine.loop import generate
+from localspec.models.registry import resolve_model
 from localspec.sampling import SamplingParams
 
 pytestmark = pytest.mark.model
@@ -101,7 +101,7 @@ def test_greedy_tree_drafting_equals_plain_decoding(backend):
 def test_greedy_lookahead_equals_plain_decoding(backend):
     """Lookahead's trees (pool n-grams and the Jacobi window, ~20 tokens over several sequences) on the real
     model: the same tokens as plain decoding, with the near-tie guard, and some of them from the drafts."""
-    from localspec.drafters.lookahead import LookaheadDrafter
+    from localspec.drafters.lookahead.drafter import LookaheadDrafter
 
     context = prompt(backend)
     backend.truncate(0)

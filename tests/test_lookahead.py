@@ -7,12 +7,12 @@ from fakes import ScriptedTreeBackend
 from test_distribution import SETTINGS, chi_square_p, exact_distribution, sample_answers
 
 from localspec.drafters.base import NoDrafter
-from localspec.drafters.jacobi_window import JacobiWindow
-from localspec.drafters.lookahead import LookaheadDrafter, LookaheadOptions, NgramPool, prefix_tree
-from localspec.engine import generate
+from localspec.drafters.lookahead.drafter import LookaheadDrafter, LookaheadOptions, NgramPool, prefix_tree
+from localspec.drafters.lookahead.jacobi_window import JacobiWindow
+from localspec.engine.loop import generate
+from localspec.engine.speclen import AdaptiveK
 from localspec.errors import ConfigError
 from localspec.sampling import SamplingParams
-from localspec.speclen import AdaptiveK
 from localspec.types import Draft
 
 GREEDY = SamplingParams(temperature=0)

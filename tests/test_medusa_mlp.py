@@ -15,9 +15,9 @@ from test_eagle import DEEP, PROMPT, SMALL, backend_for, exact, word_corpus  # n
 from test_torch_backend import GREEDY, tiny  # noqa: E402
 
 from localspec.drafters.base import NoDrafter  # noqa: E402
-from localspec.drafters.medusa import MedusaDrafter, MedusaHeads  # noqa: E402
-from localspec.drafters.mlp_speculator import MlpDrafter, MlpSpeculator, stage_weights  # noqa: E402
-from localspec.engine import generate  # noqa: E402
+from localspec.drafters.multihead.medusa import MedusaDrafter, MedusaHeads  # noqa: E402
+from localspec.drafters.multihead.mlp_speculator import MlpDrafter, MlpSpeculator, stage_weights  # noqa: E402
+from localspec.engine.loop import generate  # noqa: E402
 from localspec.errors import ConfigError, ModelError  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 
@@ -218,7 +218,7 @@ def test_sampling_matches_the_targets_distribution(tmp_path, kind, tree, samplin
 # -- train-drafter ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["medusa", "mlp"])
 def test_train_drafter_learns_heads_that_load_and_draft(tmp_path, kind):
-    from localspec.eagle_train import TrainConfig, train_eagle
+    from localspec.train.driver import TrainConfig, train_eagle
 
     backend = tiny("llama-gqa")
     docs = word_corpus(tmp_path / "corpus.txt")

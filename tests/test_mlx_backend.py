@@ -16,11 +16,11 @@ from fakes import DistributionDrafter, RandomDrafter, ScriptedBackend  # noqa: E
 from hf_folder import write_tokenizer  # noqa: E402
 from test_distribution import chi_square_p  # noqa: E402
 
-from localspec.backends.mlx_backend import MlxBackend  # noqa: E402
+from localspec.backends.mlx.backend import MlxBackend  # noqa: E402
 from localspec.drafters.base import NoDrafter  # noqa: E402
 from localspec.drafters.draft_model import DraftModelDrafter  # noqa: E402
 from localspec.drafters.ngram import NgramDrafter  # noqa: E402
-from localspec.engine import generate  # noqa: E402
+from localspec.engine.loop import generate  # noqa: E402
 from localspec.errors import ConfigError  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 
@@ -91,7 +91,7 @@ def test_window_equals_one_token_at_a_time_and_rollback_gives_a_fresh_prefills_l
 
 def test_logits_match_the_pytorch_backend_on_the_same_weights(folder):
     pytest.importorskip("torch")
-    from localspec.backends.torch_backend import TorchBackend
+    from localspec.backends.torch.backend import TorchBackend
 
     ours, theirs = MlxBackend(folder, n_ctx=256), TorchBackend(folder, n_ctx=256, n_threads=2)
     tokens = ours.tokenize("hello world, the quick brown fox jumps")
@@ -102,8 +102,8 @@ def test_logits_match_the_pytorch_backend_on_the_same_weights(folder):
 
 
 def test_every_drafter_keeps_greedy_output_exact(folder, tmp_path):
-    from localspec.chat import Conversation
-    from localspec.drafters.suffix import SuffixDrafter, SuffixOptions
+    from localspec.chat.conversation import Conversation
+    from localspec.drafters.suffix.drafter import SuffixDrafter, SuffixOptions
 
     backend = MlxBackend(folder, n_ctx=256)
     conv = Conversation()
@@ -133,8 +133,8 @@ def test_eagle_heads_run_in_mlx_from_the_released_checkpoint_formats(tmp_path, v
     from test_eagle import write_eagle3_head
     from test_torch_backend import write_eagle_head
 
-    from localspec.backends.torch_backend import TorchBackend
-    from localspec.drafters.eagle import EagleDrafter
+    from localspec.backends.torch.backend import TorchBackend
+    from localspec.drafters.eagle.drafter import EagleDrafter
 
     folder = write_mlx_folder(tmp_path / "target", "llama", layers=8)
     target, reference = MlxBackend(folder, n_ctx=256), TorchBackend(folder, n_ctx=256, n_threads=2)
@@ -217,9 +217,9 @@ def test_speculative_sampling_matches_the_targets_distribution(kind):
 def test_cli_runs_an_mlx_folder_and_apple_silicon_picks_mlx_for_models_with_an_mlx_source(folder, monkeypatch):
     from test_cli import assert_one_line_error, run_cli
 
-    from localspec import hub
     from localspec.config import choose_backend
-    from localspec.registry import load_registry
+    from localspec.models import hub
+    from localspec.models.registry import load_registry
 
     result = run_cli(
         "run",

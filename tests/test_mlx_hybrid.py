@@ -12,14 +12,14 @@ pytest.importorskip("mlx_lm")
 from fakes import ScriptedBackend  # noqa: E402
 from tiny_mlx_hybrid import qwen3_5_model  # noqa: E402
 
-from localspec.backends.mlx_backend import MlxBackend  # noqa: E402
+from localspec.backends.mlx.backend import MlxBackend  # noqa: E402
 from localspec.drafters.base import NoDrafter  # noqa: E402
 from localspec.drafters.draft_model import DraftModelDrafter  # noqa: E402
 from localspec.drafters.ngram import NgramDrafter  # noqa: E402
-from localspec.drafters.suffix import SuffixDrafter  # noqa: E402
-from localspec.engine import generate  # noqa: E402
+from localspec.drafters.suffix.drafter import SuffixDrafter  # noqa: E402
+from localspec.engine.loop import generate  # noqa: E402
+from localspec.engine.speclen import FixedK  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
-from localspec.speclen import FixedK  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)
 V = 16

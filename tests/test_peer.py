@@ -11,10 +11,10 @@ import pytest
 from fakes import ScriptedBackend
 from test_cli import assert_one_line_error, run_cli
 
-from localspec.bench import format_tables, plot, run_bench
+from localspec.bench.peer import PeerError, ServerConfig, find_llama_server
+from localspec.bench.run import format_tables, plot, run_bench
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.table import DrafterSetup
-from localspec.peer import PeerError, ServerConfig, find_llama_server
 from localspec.sampling import SamplingParams
 from localspec.session import Session
 

@@ -59,8 +59,8 @@ def test_an_older_localspecs_folder_is_kept_on_macos_and_windows(tmp_path, syste
 
 
 def test_chats_and_caches_follow_the_variables(tmp_path, monkeypatch):
-    from localspec.chat_store import chats_dir
-    from localspec.drafters.suffix_store import default_cache_dir
+    from localspec.chat.store import chats_dir
+    from localspec.drafters.suffix.store import default_cache_dir
     from localspec.places import user_models_file
 
     monkeypatch.setenv("LOCALSPEC_DATA", str(tmp_path / "d"))
@@ -95,8 +95,8 @@ def test_localspec_installs_and_drafts_without_a_c_compiler(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert not [p for p in target.glob("localspec/drafters/_suffixtree*") if p.suffix != ".c"]  # no .so/.pyd
     check = (
-        "import localspec, localspec.drafters.suffix_tree as t; "
-        "from localspec.drafters.suffix import SuffixDrafter, SuffixOptions; "
+        "import localspec, localspec.drafters.suffix.tree as t; "
+        "from localspec.drafters.suffix.drafter import SuffixDrafter, SuffixOptions; "
         f"assert localspec.__file__.startswith({str(target)!r}), localspec.__file__; "
         "d = SuffixDrafter(SuffixOptions(), None); d.begin([1, 2, 3, 4, 1, 2, 3]); "
         "print(t.implementation(), d.propose([1, 2, 3, 4, 1, 2, 3], 4).tokens)"
@@ -115,7 +115,7 @@ def test_localspec_installs_and_drafts_without_a_c_compiler(tmp_path):
 
 
 def test_memory_figure_without_proc_or_resource(monkeypatch):
-    from localspec.tui import panels
+    from localspec.apps.tui import panels
 
     real_open, real_import = builtins.open, builtins.__import__
 

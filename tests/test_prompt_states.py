@@ -4,7 +4,7 @@ from dataclasses import replace
 
 from fakes import ScriptedBackend
 
-from localspec.prompt_states import MIN_TOKENS, PromptStates
+from localspec.chat.prompt_states import MIN_TOKENS, PromptStates
 
 
 class Snapshotting(ScriptedBackend):

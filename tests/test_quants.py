@@ -1,4 +1,4 @@
-"""Quantization advice (localspec/quants.py): the expected-rate arithmetic, the verdict on curves shaped like the
+"""Quantization advice (localspec/bench/quants.py): the expected-rate arithmetic, the verdict on curves shaped like the
 ones measured on this project's CPUs, quantizations read from metadata, the store of measurements, `pull`'s
 advice, and `bench --quants` on SmolLM2 (its Q4_1 file, and a Q4_0 made by requantizing it for the timing)."""
 
@@ -10,8 +10,8 @@ import pytest
 from test_cli import assert_one_line_error, run_cli
 from test_hub import hub  # noqa: F401 - the stand-in hub fixture
 
-from localspec import quants
-from localspec.quants import QuantCurve, expected_tokens, pull_advice, verdict
+from localspec.bench import quants
+from localspec.bench.quants import QuantCurve, expected_tokens, pull_advice, verdict
 
 
 def curve(quant, step, ratios, bits=4.5):
@@ -133,7 +133,7 @@ def test_bench_quants_without_a_file_on_disk_is_one_clear_line(tmp_path):
 
 
 def test_pull_on_a_cpu_only_machine_says_which_quantization_speculates_best(hub, tmp_path):  # noqa: F811
-    from localspec.hub import cpu_only
+    from localspec.models.hub import cpu_only
 
     if not cpu_only():
         pytest.skip("llama.cpp here offloads to a GPU: pull gives no CPU advice")

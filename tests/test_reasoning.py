@@ -1,4 +1,4 @@
-"""Reasoning models (localspec/reasoning.py): markers read from the chat template, the thinking kept apart from
+"""Reasoning models (localspec/chat/reasoning.py): markers read from the chat template, the thinking kept apart from
 the answer in `run`, the plain chat, saved chats and the Textual chat, --think/--no-think, and the stats still
 counting every generated token. A scripted model answers with a fixed text, one character a token."""
 
@@ -11,16 +11,16 @@ import pytest
 from fakes import ScriptedBackend
 from test_tui import send, wait_for
 
-from localspec.chat import Conversation
-from localspec.chat_store import SavedChat, load_chat
-from localspec.commands import _stream
+from localspec.apps.commands import _stream
+from localspec.apps.tui.app import ChatApp, Turn
+from localspec.chat.conversation import Conversation
+from localspec.chat.reasoning import ANSWER, REASONING, ReasoningSplitter, reasoning_format
+from localspec.chat.store import SavedChat, load_chat
 from localspec.drafters.base import NoDrafter
+from localspec.engine.speclen import FixedK
 from localspec.errors import ConfigError
-from localspec.reasoning import ANSWER, REASONING, ReasoningSplitter, reasoning_format
 from localspec.sampling import SamplingParams
 from localspec.session import Session, thinking_options
-from localspec.speclen import FixedK
-from localspec.tui.app import ChatApp, Turn
 
 ALPHABET = "".join(chr(c) for c in range(32, 127)) + "\n"
 # a Qwen3-style template: reasoning_content of earlier turns, the thinking switch, <think> markers

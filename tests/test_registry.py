@@ -2,7 +2,7 @@ import pytest
 
 from localspec.config import load_models
 from localspec.errors import ConfigError, ModelError
-from localspec.registry import hub_file, load_registry, resolve_model
+from localspec.models.registry import hub_file, load_registry, resolve_model
 
 
 def write(tmp_path, text):
@@ -36,7 +36,7 @@ def test_builtin_registry_has_the_default_model():
     )
     assert "qwen2.5-coder-0.5b" in registry.compatible_drafts("qwen2.5-coder-7b")
     assert "smollm2-135m" not in registry.compatible_drafts("qwen2.5-coder-7b")
-    from localspec.hub import default_backend
+    from localspec.models.hub import default_backend
 
     mimo = registry.get("mimo-7b-rl")  # torch only: its MTP layer runs there
     assert mimo.sources() == ["torch"] and default_backend(mimo) == "torch" and mimo.drafters[0] == "suffix+mtp"

@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
+from localspec.engine.verify import verify_draft
 from localspec.errors import ConfigError
 from localspec.sampling import SamplingParams, sample
 from localspec.types import Draft
-from localspec.verify import verify_draft
 
 LOGITS = np.log(np.array([[0.5, 0.2, 0.15, 0.1, 0.05]]))
 

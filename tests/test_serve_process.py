@@ -12,8 +12,8 @@ import time
 import httpx
 import pytest
 
-from localspec.drafters.suffix_store import MAGIC, AnswerStore
-from localspec.peer import free_port
+from localspec.bench.peer import free_port
+from localspec.drafters.suffix.store import MAGIC, AnswerStore
 
 
 def start(tmp_path, *flags):

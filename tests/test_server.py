@@ -10,14 +10,14 @@ import pytest
 from fakes import WEATHER, ScriptedBackend
 from openai import APIStatusError, OpenAI
 
-from localspec.cli import build_parser
+from localspec.apps.cli import build_parser
+from localspec.apps.server.run import build, is_loopback
+from localspec.apps.server.shaping import chat_prompt
 from localspec.config import settings_from_args
 from localspec.drafters.ngram import NgramDrafter
+from localspec.engine.stats import TurnStats
 from localspec.sampling import SamplingParams
-from localspec.server.run import build, is_loopback
-from localspec.server.shaping import chat_prompt
 from localspec.session import Request, Session
-from localspec.stats import TurnStats
 from localspec.types import TokenEvent, common_prefix
 
 uvicorn = pytest.importorskip("uvicorn")

@@ -6,18 +6,16 @@ import random
 import pytest
 from fakes import WEATHER
 
-from localspec.server.tools import (
-    AnswerSplitter,
-    ToolCall,
+from localspec.apps.server.tools import (
     ToolError,
     check_tools,
     forced_prefix,
     opens_think,
-    parse_answer,
     prepare_messages,
     template_renders_tools,
     tool_format,
 )
+from localspec.chat.answers import AnswerSplitter, ToolCall, parse_answer
 
 QWEN = """{%- if tools %}
     {{- '<|im_start|>system\\n' }}
@@ -373,7 +371,7 @@ def test_module_imports_only_the_stdlib():
     import sys
     from pathlib import Path
 
-    import localspec.server.tools as tools
+    import localspec.apps.server.tools as tools
 
     tree = ast.parse(Path(tools.__file__).read_text(encoding="utf-8"))
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}

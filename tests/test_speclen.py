@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from localspec.drafters.base import NoDrafter, match_confidence
-from localspec.engine import generate
+from localspec.engine.loop import generate
+from localspec.engine.speclen import AdaptiveK, FixedK, make_policy
+from localspec.engine.speclen.acceptance import AcceptanceEstimator, copy_acceptance
 from localspec.errors import ConfigError
 from localspec.sampling import SamplingParams
-from localspec.speclen import AdaptiveK, FixedK, make_policy
-from localspec.speclen.acceptance import AcceptanceEstimator, copy_acceptance
 from localspec.types import Draft
 from tests.fakes import RandomDrafter, ScriptedBackend
 

@@ -6,7 +6,7 @@ import pytest
 from fakes import ScriptedBackend
 
 from localspec.drafters.ngram import NgramDrafter
-from localspec.engine import stream_generate
+from localspec.engine.loop import stream_generate
 from localspec.sampling import SamplingParams
 
 

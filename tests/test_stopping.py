@@ -1,4 +1,4 @@
-from localspec.stopping import StopStrings
+from localspec.engine.stopping import StopStrings
 
 
 def feed_all(stopper, pieces):

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 from fakes import ScriptedBackend
 
+from localspec.bench.simulate import simulate
 from localspec.drafters.base import match_confidence
 from localspec.drafters.ngram import NgramDrafter
-from localspec.drafters.suffix import SuffixDrafter, SuffixOptions
-from localspec.drafters.suffix_store import MAGIC, AnswerStore
-from localspec.drafters.suffix_tree import SuffixTree
+from localspec.drafters.suffix.drafter import SuffixDrafter, SuffixOptions
+from localspec.drafters.suffix.store import MAGIC, AnswerStore
+from localspec.drafters.suffix.tree import SuffixTree
 from localspec.drafters.table import DrafterSetup
 from localspec.errors import ConfigError
-from localspec.simulate import simulate
 
 
 def occurrences(seqs, s):
@@ -89,7 +89,7 @@ def reference_draft(seqs, ctx, depth, k, min_prob, factor, offset):
 @pytest.fixture(params=["C", "Python"], autouse=False)
 def trie(request, monkeypatch):
     """Every trie test runs on the compiled trie and on the pure-Python fallback (suffix_trie_py.py)."""
-    import localspec.drafters.suffix_tree as module
+    import localspec.drafters.suffix.tree as module
 
     if request.param == "C" and module.implementation() != "C":
         pytest.skip("the C extension is not built here")
@@ -228,7 +228,7 @@ def test_the_python_trie_builds_the_compiled_tries_nodes_and_drafts(seed):
 
 
 def test_without_the_compiled_extension_suffix_decoding_uses_the_python_trie(monkeypatch):
-    import localspec.drafters.suffix_tree as module
+    import localspec.drafters.suffix.tree as module
 
     def missing():
         raise ImportError("no compiled _suffixtree")

@@ -8,11 +8,11 @@ torch = pytest.importorskip("torch")
 
 from fakes import OracleDrafter, RandomDrafter, ScriptedBackend  # noqa: E402
 
-from localspec.backends.torch_backend import TorchBackend, _unpermute  # noqa: E402
-from localspec.backends.torch_decoder import Decoder, DecoderConfig, rope_inv_freq  # noqa: E402
+from localspec.backends.torch.backend import TorchBackend, _unpermute  # noqa: E402
+from localspec.backends.torch.decoder import Decoder, DecoderConfig, rope_inv_freq  # noqa: E402
 from localspec.drafters.base import NoDrafter  # noqa: E402
 from localspec.drafters.ngram import NgramDrafter  # noqa: E402
-from localspec.engine import generate  # noqa: E402
+from localspec.engine.loop import generate  # noqa: E402
 from localspec.sampling import SamplingParams  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)
@@ -127,9 +127,9 @@ def test_parity_with_llama_cpp_on_smollm2():
     where the best two tokens are within 0.6 logits of each other."""
     from test_llama_cpp import PROMPTS
 
-    from localspec.backends.llama_cpp import LlamaCppBackend
-    from localspec.chat import Conversation
-    from localspec.registry import resolve_model
+    from localspec.backends.llama_cpp.backend import LlamaCppBackend
+    from localspec.chat.conversation import Conversation
+    from localspec.models.registry import resolve_model
 
     path = resolve_model("smollm2-135m")[1]
     tb, lb = TorchBackend(path, n_ctx=512, n_threads=2), LlamaCppBackend(path, n_ctx=512, n_threads=2)
@@ -228,7 +228,7 @@ def write_hf_checkpoint(folder, model_type, seed=0):
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
 def test_hugging_face_folder_loads_weights_tokenizer_and_chat_template(tmp_path, model_type):
-    from localspec.chat import Conversation
+    from localspec.chat.conversation import Conversation
 
     reference = write_hf_checkpoint(tmp_path, model_type)
     backend = TorchBackend(tmp_path, n_ctx=256, n_threads=2)
@@ -308,7 +308,7 @@ def write_eagle_head(folder, target, fmt="bin", seed=1, with_embed=True):
 @pytest.mark.parametrize("fmt,with_embed", [("bin", True), ("safetensors", False)])
 @pytest.mark.parametrize("name", ["llama-gqa", "qwen2-bias-tied"])
 def test_eagle_head_drafts_and_output_stays_the_targets(tmp_path, name, fmt, with_embed):
-    from localspec.drafters.eagle import EagleDrafter
+    from localspec.drafters.eagle.drafter import EagleDrafter
 
     backend = tiny(name)
     write_eagle_head(tmp_path / "head", backend, fmt, with_embed=with_embed)
@@ -335,7 +335,7 @@ def test_eagle_head_drafts_and_output_stays_the_targets(tmp_path, name, fmt, wit
 
 
 def test_eagle_needs_the_torch_backend_and_a_real_head(tmp_path):
-    from localspec.drafters.eagle import EagleDrafter
+    from localspec.drafters.eagle.drafter import EagleDrafter
     from localspec.errors import ConfigError, ModelError
 
     with pytest.raises(ConfigError, match="hidden states.*--backend torch"):
@@ -352,7 +352,7 @@ def test_cli_runs_smollm2_on_torch_with_an_eagle_head(tmp_path):
 
     from test_cli import run_cli
 
-    from localspec.registry import resolve_model
+    from localspec.models.registry import resolve_model
 
     target = TorchBackend(resolve_model("smollm2-135m")[1], n_ctx=256, n_threads=2)
     write_eagle_head(tmp_path / "head", target, "safetensors", with_embed=False)

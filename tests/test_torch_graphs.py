@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from localspec.backends.torch_graphs import BUCKETS, bucket  # noqa: E402
+from localspec.backends.torch.graphs import BUCKETS, bucket  # noqa: E402
 from localspec.errors import ConfigError  # noqa: E402
 
 PREFIX = [5, 6, 7, 8, 9, 10, 11]
@@ -18,8 +18,8 @@ def pair(n_ctx=160, cfg=None):
     from fakes import ScriptedBackend
     from test_eagle import DEEP
 
-    from localspec.backends.torch_backend import TorchBackend
-    from localspec.backends.torch_decoder import Decoder
+    from localspec.backends.torch.backend import TorchBackend
+    from localspec.backends.torch.decoder import Decoder
 
     cfg = cfg or DEEP
     torch.manual_seed(0)
@@ -111,10 +111,10 @@ def test_greedy_output_with_the_fixed_shape_step_equals_plain_decoding(tmp_path,
     from test_torch_backend import GREEDY
 
     from localspec.drafters.base import NoDrafter
-    from localspec.drafters.eagle import EagleDrafter
-    from localspec.drafters.lookahead import LookaheadDrafter
+    from localspec.drafters.eagle.drafter import EagleDrafter
+    from localspec.drafters.lookahead.drafter import LookaheadDrafter
     from localspec.drafters.ngram import NgramDrafter
-    from localspec.engine import generate
+    from localspec.engine.loop import generate
 
     plain, static = pair()
     reference = generate(plain, NoDrafter(), PROMPT, GREEDY, max_tokens=50).tokens
@@ -131,8 +131,8 @@ def test_step_modes_are_checked_and_reported():
     from fakes import ScriptedBackend
     from test_eagle import DEEP
 
-    from localspec.backends.torch_backend import TorchBackend
-    from localspec.backends.torch_decoder import Decoder
+    from localspec.backends.torch.backend import TorchBackend
+    from localspec.backends.torch.decoder import Decoder
 
     tok = ScriptedBackend(vocab_size=DEEP.vocab_size)
     assert TorchBackend.from_decoder(Decoder(DEEP), tok, steps="auto").steps is None  # CPU: the ordinary step

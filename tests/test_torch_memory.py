@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from localspec.backends import torch_memory  # noqa: E402
+from localspec.backends.torch import memory as torch_memory  # noqa: E402
 from localspec.errors import ModelError  # noqa: E402
 
 
@@ -14,8 +14,8 @@ def backend_with_free(monkeypatch, free: int | None, n_ctx: int = 2048):
     from fakes import ScriptedBackend
     from test_eagle import DEEP
 
-    from localspec.backends.torch_backend import TorchBackend
-    from localspec.backends.torch_decoder import Decoder
+    from localspec.backends.torch.backend import TorchBackend
+    from localspec.backends.torch.decoder import Decoder
 
     monkeypatch.setattr(torch_memory, "free_bytes", lambda device: free)
     torch.manual_seed(0)

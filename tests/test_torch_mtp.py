@@ -13,14 +13,14 @@ from test_distribution import chi_square_p
 from test_llama_mtp import exact_pairs
 from test_torch_backend import write_hf_checkpoint
 
-from localspec.backends.torch_backend import TorchBackend
+from localspec.backends.torch.backend import TorchBackend
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.context import DrafterContext
-from localspec.drafters.mtp import build
-from localspec.engine import generate
+from localspec.drafters.mtp.drafter import build
+from localspec.engine.loop import generate
+from localspec.engine.speclen import FixedK
 from localspec.errors import ConfigError
 from localspec.sampling import SamplingParams
-from localspec.speclen import FixedK
 
 GREEDY = SamplingParams(temperature=0)
 H, FF = 32, 64  # write_hf_checkpoint's sizes

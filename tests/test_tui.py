@@ -7,14 +7,14 @@ import time
 import pytest
 from fakes import ScriptedBackend
 
-from localspec.chat_store import SavedChat, load_chat
+from localspec.apps.tui.app import ChatApp, Turn
+from localspec.apps.tui.panels import StatsPanel, StatusBar
+from localspec.chat.store import SavedChat, load_chat
 from localspec.drafters.table import DrafterSetup
+from localspec.engine.speclen import FixedK
 from localspec.errors import ModelError
 from localspec.sampling import SamplingParams
 from localspec.session import Session
-from localspec.speclen import FixedK
-from localspec.tui.app import ChatApp, Turn
-from localspec.tui.panels import StatsPanel, StatusBar
 
 
 class SlowBackend(ScriptedBackend):
@@ -187,8 +187,8 @@ def test_layout_fits_small_and_large_terminals(tmp_path, size):
 
 @pytest.mark.model
 def test_real_smollm2_answers_in_the_app(tmp_path):
-    from localspec.backends.llama_cpp import LlamaCppBackend
-    from localspec.registry import resolve_model
+    from localspec.backends.llama_cpp.backend import LlamaCppBackend
+    from localspec.models.registry import resolve_model
 
     def open_session(progress):
         _, path = resolve_model("smollm2-135m")

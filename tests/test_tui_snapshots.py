@@ -5,13 +5,13 @@ resumed chat, no timings."""
 import pytest
 from fakes import ScriptedBackend
 
-from localspec.chat import Conversation
-from localspec.chat_store import SavedChat
+from localspec.apps.tui.app import ChatApp
+from localspec.chat.conversation import Conversation
+from localspec.chat.store import SavedChat
 from localspec.drafters.table import DrafterSetup
+from localspec.engine.speclen import FixedK
 from localspec.sampling import SamplingParams
 from localspec.session import Session
-from localspec.speclen import FixedK
-from localspec.tui.app import ChatApp
 
 ANSWER = """Here is a function:
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from fakes import ScriptedBackend
 
+from localspec.drafters.vocab import shared_vocab
 from localspec.errors import ConfigError
-from localspec.vocab import shared_vocab
 
 MODELS = Path.home() / ".cache" / "localspec-bench-models"
 QWEN15 = MODELS / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
@@ -61,8 +61,8 @@ needs_models = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def real():
-    from localspec.backends.llama_cpp import LlamaCppBackend
-    from localspec.registry import resolve_model
+    from localspec.backends.llama_cpp.backend import LlamaCppBackend
+    from localspec.models.registry import resolve_model
 
     paths = {"qwen1.5": QWEN15, "qwen0.5": QWEN05, "gemma": GEMMA, "smollm2": resolve_model("smollm2-135m")[1]}
     loaded = {k: LlamaCppBackend(p, n_ctx=64, n_threads=2) for k, p in paths.items()}

@@ -11,17 +11,17 @@ def load_backend(name: str, path: str, **options):
     """Load ``path`` with the backend called ``name``; options are the backend's own load options."""
     steps = options.pop("steps", "auto")  # the torch backend's own
     if name == "llama.cpp":
-        from localspec.backends.llama_cpp import LlamaCppBackend
+        from localspec.backends.llama_cpp.backend import LlamaCppBackend
 
         return LlamaCppBackend(path, **options)
     if name == "torch":
-        from localspec.backends.torch_backend import TorchBackend
+        from localspec.backends.torch.backend import TorchBackend
 
         options.pop("n_gpu_layers", None)
         options.pop("on_load", None)
         return TorchBackend(path, steps=steps, **options)
     if name == "mlx":
-        from localspec.backends.mlx_backend import MlxBackend
+        from localspec.backends.mlx.backend import MlxBackend
 
         return MlxBackend(path, n_ctx=options.get("n_ctx"))
     raise ConfigError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.chat_template import render_chat
+from localspec.backends.chat_template import render_chat
 from localspec.types import ForwardOut
 
 Progress = Callable[[int, int], None] | None  # (done, total) tokens

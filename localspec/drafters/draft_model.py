@@ -45,7 +45,7 @@ class DraftOptions:
 def build(target: Backend | None, options: DraftOptions, context) -> DraftModelDrafter:
     """The draft model loaded on the target's backend, checked to share the target's vocabulary."""
     from localspec.backends import load_backend
-    from localspec.vocab import shared_vocab
+    from localspec.drafters.vocab import shared_vocab
 
     if target is None:
         raise ConfigError("the draft drafter needs a loaded target model")

@@ -8,21 +8,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 
 from localspec.backends.base import Backend
-from localspec.drafters import (
-    dflash,
-    draft_model,
-    eagle,
-    lookahead,
-    medusa,
-    mlp_speculator,
-    mtp,
-    ngram,
-    random,
-    suffix,
-)
+from localspec.drafters import draft_model, ngram, random
 from localspec.drafters.base import Drafter, NoDrafter
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.context import DrafterContext
+from localspec.drafters.dflash import drafter as dflash
+from localspec.drafters.eagle import drafter as eagle
+from localspec.drafters.lookahead import drafter as lookahead
+from localspec.drafters.mtp import drafter as mtp
+from localspec.drafters.multihead import medusa, mlp_speculator
+from localspec.drafters.suffix import drafter as suffix
 from localspec.errors import ConfigError
 from localspec.options import OptionInfo, describe
 

@@ -1,0 +1,230 @@
+"""The HTTP side: Starlette routes over the engine thread (worker.py).
+
+Starlette is a small, well-kept ASGI toolkit with streaming responses and a test story; uvicorn serves it.
+FastAPI would add pydantic models, but every field here is checked by hand anyway (requests.py) so that each
+refusal names the field and says what to send instead.
+
+Security: loopback by default; on loopback without an API key, a Host header other than localhost,
+127.0.0.1 or [::1] is refused (DNS rebinding); with a key every /v1 route and /metrics needs
+`Authorization: Bearer KEY`; bodies over 8 MiB are refused; no CORS headers unless asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from localspec.apps.server import replies
+from localspec.apps.server.errors import ApiError, bad_request
+from localspec.apps.server.requests import Generation, parse_chat, parse_completion
+from localspec.apps.server.shaping import Shape, chat_prompt
+from localspec.apps.server.worker import Busy, Job, Piece, Worker
+from localspec.errors import ContextOverflow, LocalspecError
+from localspec.session import Session
+
+BODY_LIMIT = 8 * 2**20
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
+
+
+class Server:
+    def __init__(self, worker: Worker, model: str, api_key: str | None = None, loopback: bool = True) -> None:
+        self.worker, self.model, self.api_key, self.loopback = worker, model, api_key, loopback
+
+    # -- checks every request passes -----------------------------------------------------------------------
+    def check(self, request: HttpRequest, needs_key: bool = True) -> None:
+        host = request.headers.get("host", "")
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        if self.loopback and not self.api_key and name not in LOCAL_HOSTS:
+            raise ApiError(403, f"Host {host!r} is not this machine; the server answers localhost only", None)
+        if needs_key and self.api_key:
+            given = request.headers.get("authorization", "")
+            if given != f"Bearer {self.api_key}":
+                raise ApiError(401, "missing or wrong API key: send Authorization: Bearer KEY", None, "auth_error")
+
+    async def body(self, request: HttpRequest):
+        if int(request.headers.get("content-length") or 0) > BODY_LIMIT:
+            raise ApiError(413, f"the request body is over {BODY_LIMIT // 2**20} MiB")
+        data = bytearray()
+        async for part in request.stream():
+            data += part
+            if len(data) > BODY_LIMIT:
+                raise ApiError(413, f"the request body is over {BODY_LIMIT // 2**20} MiB")
+        try:
+            return json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise bad_request(f"the request body is not JSON: {exc}") from None
+
+    def check_model(self, name: str | None) -> None:
+        if name is not None and name != self.model:
+            raise ApiError(
+                404, f"model {name!r} is not served here; this server serves {self.model!r}", "model", "model_not_found"
+            )
+
+    # -- routes --------------------------------------------------------------------------------------------
+    async def health(self, request: HttpRequest) -> Response:
+        self.check(request, needs_key=False)
+        return JSONResponse({"status": "ok", "model": self.model})
+
+    async def models(self, request: HttpRequest) -> Response:
+        self.check(request)
+        return JSONResponse(
+            {"object": "list", "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "localspec"}]}
+        )
+
+    async def metrics(self, request: HttpRequest) -> Response:
+        self.check(request)
+        return PlainTextResponse(self.worker.metrics.text(), media_type="text/plain; version=0.0.4")
+
+    async def chat(self, request: HttpRequest) -> Response:
+        self.check(request)
+        return await self._generate(request, parse_chat(await self.body(request)), chat=True)
+
+    async def completions(self, request: HttpRequest) -> Response:
+        self.check(request)
+        return await self._generate(request, parse_completion(await self.body(request)), chat=False)
+
+    async def _generate(self, request: HttpRequest, gen: Generation, chat: bool) -> Response:
+        self.check_model(gen.model)
+        job = Job(lambda session: _events(session, gen, job), asyncio.get_running_loop())
+        try:
+            self.worker.submit(job)
+        except Busy:
+            raise ApiError(503, "the server is busy: too many requests are waiting", None, "server_busy") from None
+        rid = replies.new_id("chatcmpl" if chat else "cmpl")
+        first = await _next(request, job)
+        if first is None:
+            return Response(status_code=499)  # the client left while it waited
+        if first.error is not None:
+            raise _api_error(first.error)
+        if gen.stream:
+            return StreamingResponse(self._sse(request, job, first, gen, rid, chat), media_type="text/event-stream")
+        return await self._whole(request, job, first, rid, chat)
+
+    async def _whole(self, request: HttpRequest, job: Job, piece: Piece, rid: str, chat: bool) -> Response:
+        parts = []
+        while not piece.done:
+            parts.append(piece.text)
+            piece = await _next(request, job)
+            if piece is None:
+                return Response(status_code=499)  # the client left: its generation stopped
+        if piece.error is not None:
+            raise _api_error(piece.error)
+        text, record = "".join(parts), piece.record or {}
+        if not chat:
+            return JSONResponse(replies.completion_reply(rid, self.model, text, piece.finish, record))
+        message, called = job.shape.message(text)
+        return JSONResponse(
+            replies.chat_reply(rid, self.model, message, replies.chat_finish(piece.finish, called), record)
+        )
+
+    async def _sse(self, request, job: Job, piece: Piece, gen: Generation, rid: str, chat: bool) -> AsyncIterator[str]:
+        splitter = job.shape.splitter() if chat else None
+        try:
+            yield _data(replies.chunk(rid, self.model, chat, first=True))
+            while not piece.done:
+                for delta in splitter.push(piece.text) if chat else [{"text": piece.text}] * bool(piece.text):
+                    yield _data(replies.chunk(rid, self.model, chat, delta))
+                piece = await job.out.get()  # a client that leaves closes this generator (finally below)
+            if piece.error is not None:
+                yield _data(_api_error(piece.error).body())
+                return
+            for delta in splitter.finish() if chat else []:
+                yield _data(replies.chunk(rid, self.model, chat, delta))
+            record = piece.record or {}
+            finish = replies.chat_finish(piece.finish, chat and splitter.called)
+            last = replies.chunk(rid, self.model, chat, finish=finish)
+            figures = {"timings": replies.timings(record), "speculation": replies.speculation(record)}
+            yield _data({**last, **figures})
+            if gen.include_usage:  # the figures on the last chunk too, where llama-server puts its timings
+                usage = {"choices": [], "usage": replies.usage(record), **figures}
+                yield _data({**replies.chunk(rid, self.model, chat), **usage})
+            yield "data: [DONE]\n\n"
+        finally:
+            job.cancelled.set()  # a client that left stops its generation at the next step
+
+
+def _events(session: Session, gen: Generation, job: Job):
+    """On the engine thread: the prompt, checked against the context, and the answer's events (the answer's
+    shape goes to the job, read once its first piece arrived)."""
+    if gen.messages is not None:
+        prompt, job.shape = chat_prompt(session, gen.messages, gen.tools, gen.tool_choice)
+    else:
+        prompt, job.shape = session.text_prompt(gen.prompt), Shape()
+    room = session.context_size - len(prompt)
+    asked = gen.request.max_tokens
+    if room < 1 or (asked is not None and asked > room):
+        raise ApiError(
+            400,
+            f"the prompt is {len(prompt)} tokens and the context {session.context_size}: "
+            f"{'no room' if room < 1 else f'room for {room} tokens, not max_tokens = {asked}'}; "
+            "shorten the prompt or ask for fewer tokens",
+            "messages",
+            "context_length_exceeded",
+        )
+    request = gen.request if asked is not None else replace(gen.request, max_tokens=room)
+    return session.complete(prompt, request)
+
+
+async def _next(request: HttpRequest, job: Job) -> Piece | None:
+    """The job's next piece; None when the client disconnected meanwhile (the job is then cancelled)."""
+    getting = asyncio.ensure_future(job.out.get())
+    leaving = asyncio.ensure_future(_disconnected(request))
+    done, _ = await asyncio.wait({getting, leaving}, return_when=asyncio.FIRST_COMPLETED)
+    leaving.cancel()
+    if getting in done:
+        return getting.result()
+    getting.cancel()
+    job.cancelled.set()
+    return None
+
+
+async def _disconnected(request: HttpRequest) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def _data(obj: dict) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+def _api_error(exc: Exception) -> ApiError:
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, ContextOverflow):
+        return ApiError(400, str(exc), "messages", "context_length_exceeded")
+    if isinstance(exc, LocalspecError):
+        return ApiError(400, str(exc))
+    return ApiError(500, f"internal error: {exc!r} (please report it)", None, "server_error")
+
+
+async def _error_response(request: HttpRequest, exc: Exception) -> Response:
+    error = exc if isinstance(exc, ApiError) else _api_error(exc)
+    headers = {"Retry-After": "1"} if error.status == 503 else None
+    return JSONResponse(error.body(), status_code=error.status, headers=headers)
+
+
+def create_app(server: Server, cors: bool = False) -> Starlette:
+    routes = [
+        Route("/health", server.health),
+        Route("/v1/models", server.models),
+        Route("/metrics", server.metrics),
+        Route("/v1/chat/completions", server.chat, methods=["POST"]),
+        Route("/v1/completions", server.completions, methods=["POST"]),
+    ]
+    middleware = [Middleware(CORSMiddleware, allow_origins=["*"], allow_headers=["*"])] if cors else []
+    return Starlette(
+        routes=routes,
+        middleware=middleware,
+        exception_handlers={ApiError: _error_response, Exception: _error_response},
+    )

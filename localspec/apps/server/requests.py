@@ -1,0 +1,181 @@
+"""Request bodies of /v1/chat/completions and /v1/completions, checked field by field.
+
+Unknown fields are ignored (clients send `user`, `metadata`, ...). A known field localspec cannot honour
+exactly is refused with a 400 naming it, rather than silently changing the answer: more than one choice,
+logit bias, penalties, log-probabilities, structured output, the old `functions` API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from localspec.apps.server.errors import bad_request
+from localspec.apps.server.tools import ToolError, check_tools
+from localspec.session import Request
+
+# field -> what a request may send without localspec changing the model's distribution
+_REFUSED = {
+    "n": (1, None),
+    "logit_bias": (None, {}),
+    "presence_penalty": (0, 0.0, None),
+    "frequency_penalty": (0, 0.0, None),
+    "repetition_penalty": (1, 1.0, None),
+    "logprobs": (False, None),
+    "top_logprobs": (None, 0),
+    "best_of": (1, None),
+    "echo": (False, None),
+    "suffix": (None, ""),
+    "functions": (None, []),
+    "function_call": (None,),
+}
+_WHY = {
+    "n": "one choice per request is supported; send n = 1 (or leave it out)",
+    "functions": "the deprecated 'functions' API is not supported; send 'tools' instead",
+    "function_call": "the deprecated 'function_call' is not supported; send 'tool_choice' instead",
+}
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A checked request: the prompt's source and the generation settings."""
+
+    model: str | None
+    messages: list[dict] | None  # chat
+    prompt: str | None  # completions
+    request: Request
+    stream: bool
+    include_usage: bool
+    tools: list[dict] | None = None  # offered to the model (None: none, or tool_choice 'none')
+    tool_choice: object = None  # 'auto', 'required' or {type: function, function: {name}}
+
+
+def parse_chat(body) -> Generation:
+    body = _object(body)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("'messages' must be a non-empty list of {role, content} objects", "messages")
+    tools, choice = body.get("tools") or None, body.get("tool_choice")
+    try:
+        check_tools(tools, choice)
+    except ToolError as exc:
+        raise bad_request(exc.message, exc.field) from None
+    if choice == "none":
+        tools, choice = None, None
+    checked = [_message(m, i) for i, m in enumerate(messages)]
+    return Generation(_model(body), checked, None, *_common(body), tools=tools, tool_choice=choice)
+
+
+def parse_completion(body) -> Generation:
+    body = _object(body)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise bad_request("'prompt' must be a string (one prompt per request)", "prompt")
+    return Generation(_model(body), None, prompt, *_common(body))
+
+
+def _object(body) -> dict:
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    for name, allowed in _REFUSED.items():
+        if name in body and body[name] not in allowed:
+            raise bad_request(_WHY.get(name, f"'{name}' is not supported: it would change the output"), name)
+    fmt = body.get("response_format")
+    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
+        raise bad_request("'response_format' other than text is not supported", "response_format")
+    return body
+
+
+def _model(body: dict) -> str | None:
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise bad_request("'model' must be a string", "model")
+    return model
+
+
+def _message(message, i: int) -> dict:
+    where = f"messages[{i}]"
+    roles = ("system", "user", "assistant", "developer", "tool")
+    if not isinstance(message, dict) or message.get("role") not in roles:
+        raise bad_request(f"{where} must be an object with role system, user, assistant or tool", where)
+    role = "system" if message["role"] == "developer" else message["role"]
+    content = message.get("content")
+    if isinstance(content, list):  # content parts: text only
+        if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+            raise bad_request(f"{where}.content: only text parts are supported", f"{where}.content")
+        content = "".join(p["text"] for p in content)
+    if content is None and role == "assistant":
+        content = ""
+    if not isinstance(content, str):
+        raise bad_request(f"{where}.content must be a string", f"{where}.content")
+    out = {"role": role, "content": content}
+    if role == "tool":
+        out["tool_call_id"] = _text(message, "tool_call_id", where, required=True)
+    if role == "assistant" and message.get("tool_calls"):
+        out["tool_calls"] = [_call(call, f"{where}.tool_calls[{j}]") for j, call in enumerate(message["tool_calls"])]
+    return out
+
+
+def _call(call, where: str) -> dict:
+    """An earlier answer's tool call, as the client sends it back."""
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or call.get("type", "function") != "function":
+        raise bad_request(f"{where} must be {{id, type: 'function', function: {{name, arguments}}}}", where)
+    name, arguments = _text(fn, "name", where + ".function", True), fn.get("arguments", "{}")
+    if not isinstance(arguments, str):
+        raise bad_request(f"{where}.function.arguments must be a JSON string", f"{where}.function.arguments")
+    function = {"name": name, "arguments": arguments}
+    return {"id": _text(call, "id", where, False), "type": "function", "function": function}
+
+
+def _text(obj: dict, key: str, where: str, required: bool) -> str:
+    value = obj.get(key)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        raise bad_request(f"{where}.{key} must be a string", f"{where}.{key}")
+    return value
+
+
+def _number(body: dict, name: str, kind: type, low: float | None = None, high: float | None = None):
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
+        raise bad_request(f"'{name}' must be {'a number' if kind is float else 'an integer'}", name)
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise bad_request(f"'{name}' must be in [{low}, {high if high is not None else '∞'}], got {value}", name)
+    return kind(value)
+
+
+def _stop(body: dict) -> tuple[str, ...]:
+    stop = body.get("stop")
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        return (stop,)
+    if isinstance(stop, list) and len(stop) <= 16 and all(isinstance(s, str) and s for s in stop):
+        return tuple(stop)
+    raise bad_request("'stop' must be a string or a list of up to 16 non-empty strings", "stop")
+
+
+def _common(body: dict) -> tuple[Request, bool, bool]:
+    tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+    request = Request(
+        max_tokens=_number({name: tokens}, name, int, 1),
+        temperature=_number(body, "temperature", float, 0, 2),
+        top_k=_number(body, "top_k", int, 0),
+        top_p=_number(body, "top_p", float, 0, 1),
+        min_p=_number(body, "min_p", float, 0, 1),
+        stop=_stop(body),
+        seed=_number(body, "seed", int, 0),
+    )
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise bad_request("'stream' must be true or false", "stream")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise bad_request("'stream_options' must be an object", "stream_options")
+    return request, stream, bool(options.get("include_usage"))

@@ -1,0 +1,75 @@
+"""`localspec serve`: load the model on the engine thread, then serve the API with uvicorn until Ctrl-C or
+SIGTERM (then what waits or runs is cancelled, and the session closes, saving its caches)."""
+
+from __future__ import annotations
+
+import ipaddress
+import signal
+import socket
+import sys
+
+from localspec.apps.server.app import Server, create_app
+from localspec.apps.server.metrics import Metrics
+from localspec.apps.server.worker import QUEUE_LIMIT, Worker
+from localspec.errors import ConfigError
+from localspec.session import Session
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_free(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host.strip("[]"), port))
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot listen on {host}:{port} ({exc.strerror}); choose another --port or --host"
+            ) from None
+
+
+def build(open_session, model: str, api_key: str | None, loopback: bool, cors: bool, queue_limit: int = QUEUE_LIMIT):
+    """The engine thread (started: the model is loaded) and the ASGI app over it."""
+    worker = Worker(open_session, Metrics(), queue_limit)
+    worker.start()
+    return worker, create_app(Server(worker, model, api_key, loopback), cors)
+
+
+def serve(settings, host: str, port: int, api_key: str | None, cors: bool, cache_ram: int, say=print) -> int:
+    import uvicorn
+
+    loopback = is_loopback(host)
+    if not loopback and not api_key:
+        raise ConfigError(f"--host {host} serves other machines: give --api-key KEY (clients send it as Bearer)")
+    _check_free(host, port)  # before the model loads, not after
+    worker, app = build(lambda: Session.open(settings).keep_states(cache_ram), settings.model, api_key, loopback, cors)
+    say(f"localspec serve — {worker.session.load_report()}", file=sys.stderr)
+    say(
+        f"context {worker.session.context_size} tokens · conversation states in RAM up to {cache_ram // 2**20} MiB",
+        file=sys.stderr,
+    )
+    say(f"OpenAI-compatible API on http://{host}:{port}/v1 (model {settings.model!r})", file=sys.stderr)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            """Ctrl-C or SIGTERM: in-flight answers end now, then the server shuts down and the session
+            closes (uvicorn's own handler would re-raise the signal afterwards and kill the process before
+            the session saved its caches); a second Ctrl-C stops waiting for open connections."""
+            worker.cancel_all()
+            self.force_exit = self.should_exit and sig == signal.SIGINT
+            self.should_exit = True
+
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    try:
+        Server(config).run()
+    finally:
+        worker.stop()
+    return 0

@@ -1,0 +1,142 @@
+"""The engine thread: it owns the Session (llama.cpp must always be called from the same OS thread) and
+runs one generation at a time, first come first served.
+
+A request waits in a bounded queue (`Busy` beyond it: the server answers 503). The asyncio side gets the
+answer's pieces through a `Job`: each piece is handed over with ``loop.call_soon_threadsafe``. A job whose
+client left while it waited is dropped without running; one whose client leaves mid-answer stops at the
+next step (closing the engine's generator rolls its cache back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from localspec.apps.server.metrics import Metrics
+from localspec.session import Session
+
+QUEUE_LIMIT = 16  # requests waiting for the engine; more are refused with 503 and Retry-After
+
+
+class Busy(Exception):
+    pass
+
+
+@dataclass
+class Piece:
+    text: str = ""
+    tokens: int = 0
+    done: bool = False
+    finish: str | None = None
+    record: dict | None = None  # the turn's figures (TurnStats.to_dict), with the last piece
+    error: Exception | None = None
+
+
+@dataclass(eq=False)
+class Job:
+    """One generation: ``work(session)`` returns the engine's event stream; pieces go to ``out``."""
+
+    work: Callable[[Session], object]
+    loop: asyncio.AbstractEventLoop
+    out: asyncio.Queue = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    queued_at: float = field(default_factory=time.perf_counter)
+    shape: object = None  # the answer's shape (shaping.Shape), set on the engine thread before its first piece
+
+    def send(self, piece: Piece) -> None:
+        self.loop.call_soon_threadsafe(self.out.put_nowait, piece)
+
+
+class Worker:
+    def __init__(self, open_session: Callable[[], Session], metrics: Metrics, queue_limit: int = QUEUE_LIMIT):
+        self._open, self.metrics, self.queue_limit = open_session, metrics, queue_limit
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self._waiting = 0
+        self._lock = threading.Lock()
+        self._loaded = threading.Event()
+        self.session: Session | None = None
+        self.load_error: Exception | None = None
+        self._running: set[Job] = set()  # touched by the engine thread; read by stop()
+        self._thread = threading.Thread(target=self._run, name="localspec-engine", daemon=True)
+
+    def start(self) -> None:
+        """Start the thread and wait for the model to load; raises what the load raised."""
+        self._thread.start()
+        self._loaded.wait()
+        if self.load_error is not None:
+            raise self.load_error
+
+    def submit(self, job: Job) -> None:
+        with self._lock:
+            if self._waiting >= self.queue_limit:
+                raise Busy
+            self._waiting += 1
+            self.metrics.queued(self._waiting)
+        self._jobs.put(job)
+
+    def stop(self) -> None:
+        """Cancel what waits and runs, and close the session (it saves its caches)."""
+        self.cancel_all()
+        self._jobs.put(None)
+        self._thread.join(timeout=30)
+
+    def cancel_all(self) -> None:
+        """Drop what waits, stop what runs at its next step (SIGTERM: before the HTTP side shuts down)."""
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job.cancelled.set()
+                job.send(Piece(done=True, finish="cancelled"))
+        for job in list(self._running):
+            job.cancelled.set()
+
+    def _run(self) -> None:
+        try:
+            self.session = self._open()
+        except Exception as exc:  # a missing or broken model: the server does not start
+            self.load_error = exc
+            self._loaded.set()
+            return
+        self._loaded.set()
+        try:
+            while (job := self._jobs.get()) is not None:
+                with self._lock:
+                    self._waiting -= 1
+                    self.metrics.queued(self._waiting)
+                if job.cancelled.is_set():  # its client left while it waited
+                    continue
+                self._running.add(job)
+                try:
+                    self._generate(job)
+                finally:
+                    self._running.discard(job)
+        finally:
+            self.session.close()
+
+    def _generate(self, job: Job) -> None:
+        events, last = None, None
+        try:
+            events = job.work(self.session)
+            for event in events:
+                last = event
+                job.send(Piece(event.text, len(event.tokens)))
+                if job.cancelled.is_set():
+                    break
+        except Exception as exc:  # a bad request (context overflow) or a bug: the client is told, the server goes on
+            job.send(Piece(done=True, error=exc))
+            return
+        finally:
+            if events is not None:
+                events.close()  # rolls the cache back when the client left early
+        record = last.stats.to_dict() if last is not None else {}
+        record["drafter_name"] = self.session.drafter.name
+        finish = "cancelled" if job.cancelled.is_set() else (last.finish_reason if last else "length")
+        self.metrics.answered(record, time.perf_counter() - job.queued_at)
+        job.send(Piece(done=True, finish=finish, record=record))

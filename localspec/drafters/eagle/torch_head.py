@@ -1,0 +1,415 @@
+"""EAGLE draft heads in the published checkpoint formats, run on the torch backend's device.
+
+EAGLE-1/2 (Li et al. 2024): config.json (Llama keys; `bias` for the fc bias) and pytorch_model.bin or
+model.safetensors with `fc.weight` [H, 2H] (+ `fc.bias`), `layers.0.self_attn.{q,k,v,o}_proj.weight`,
+`layers.0.mlp.{gate,up,down}_proj.weight`, `layers.0.post_attention_layernorm.weight`, optionally
+`embed_tokens.weight` (else the target's). Input x = fc([embed(token j+1); feature j]) goes through one
+Llama layer without its input norm; the output is the predicted next feature, read by the target's LM head.
+
+EAGLE-3 (Li et al. 2025): the target's hidden states at three depths (inputs of layers 2, L//2 and L-3, or
+the outputs the config's `eagle_aux_hidden_state_layer_ids` names) are fused by `fc.weight` [H, 3H]; the
+`midlayer` attends over [input_layernorm(embed(token)); hidden_norm(hidden)] (q/k/v read 2H), its output is
+fed back as the next hidden state, and `lm_head` [draft vocab, H] after `norm` scores a smaller draft
+vocabulary whose id d is target id d + d2t[d]. The embedding is the target's unless the checkpoint has
+`embed_tokens.weight`.
+
+Both keep their own KV cache whose slot j belongs to context position j; a head is told `lo`, the first
+slot it has filled, and attends from there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from localspec.backends.torch.hf import HF_LAYER_NAMES
+from localspec.errors import ConfigError, ModelError
+
+TREE_SLOTS = 256  # cache slots past the context for a drafted tree
+
+
+def read_eagle_config(folder: Path) -> dict:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ModelError(f"{folder}: no such folder (an EAGLE head is a folder with config.json and weights)")
+    try:
+        return json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{folder}: no readable config.json for an EAGLE head ({exc})") from exc
+
+
+def load_eagle_state(folder: Path) -> tuple[dict, dict]:
+    """(config.json, state dict) of an EAGLE head folder."""
+    import torch
+
+    folder = Path(folder)
+    config = read_eagle_config(folder)
+    try:
+        if (folder / "model.safetensors").is_file():
+            from safetensors.torch import load_file
+
+            state = load_file(str(folder / "model.safetensors"))
+        elif (folder / "pytorch_model.bin").is_file():
+            state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        else:
+            raise ModelError(f"{folder}: no pytorch_model.bin or model.safetensors")
+    except ModelError:
+        raise
+    except Exception as exc:  # a truncated or foreign file: say which, not a torch traceback
+        raise ModelError(f"{folder}: the EAGLE weights cannot be read ({exc}); download the head again") from exc
+    if "fc.weight" not in state:
+        raise ModelError(f"{folder}: not an EAGLE head (no fc.weight)")
+    return config, state
+
+
+@dataclass(frozen=True)
+class EagleLayout:
+    """What a checkpoint is, checked against the target: the generation, the layers whose inputs it reads
+    (-1: the last layer's normed output) and, for EAGLE-3, target id of each draft-vocabulary id."""
+
+    version: int
+    feature_layers: tuple[int, ...]
+    draft_to_target: np.ndarray | None = None
+
+
+_EAGLE3_KEYS = ("midlayer.hidden_norm.weight", "midlayer.input_layernorm.weight", "norm.weight", "lm_head.weight")
+
+
+def eagle_layout(config: dict, state: dict, hidden: int, n_layers: int, vocab: int) -> EagleLayout:
+    """Check an EAGLE checkpoint (torch or MLX tensors) against a target of ``n_layers`` layers of width
+    ``hidden`` and a ``vocab``-token vocabulary; the errors say when a head belongs to another model."""
+    if config.get("hidden_size", hidden) != hidden:
+        raise ConfigError(
+            f"the EAGLE head's hidden size {config['hidden_size']} does not match the target's "
+            f"{hidden}: it was trained for another model"
+        )
+    fused = int(state["fc.weight"].shape[1])
+    if fused % hidden:
+        raise ConfigError(
+            f"the EAGLE head's fc reads {fused} features, not a multiple of the target's hidden size "
+            f"{hidden}: this head belongs to another model"
+        )
+    if not any(k.startswith("midlayer.") for k in state):
+        if fused != 2 * hidden:
+            raise ModelError(f"an EAGLE-1/2 head has fc.weight [H, 2H]; this one is {tuple(state['fc.weight'].shape)}")
+        return EagleLayout(1, (-1,))
+    layers = eagle3_layers(config, n_layers)
+    if len(layers) != fused // hidden:
+        raise ModelError(
+            f"EAGLE-3 head: fc fuses {fused // hidden} hidden states but {len(layers)} layers are named ({layers})"
+        )
+    if not all(0 <= i < n_layers for i in layers):
+        raise ConfigError(
+            f"EAGLE-3 head reads layers {layers}; the target has {n_layers}: it was trained for another model"
+        )
+    for key in _EAGLE3_KEYS:
+        if key not in state:
+            raise ModelError(f"EAGLE-3 head: no {key}")
+    return EagleLayout(3, layers, _draft_to_target(state, vocab))
+
+
+def _draft_to_target(state: dict, vocab: int) -> np.ndarray:
+    """The target id of each EAGLE-3 draft-vocabulary id (draft id d is target id d + d2t[d])."""
+    n_draft = int(state["lm_head.weight"].shape[0])
+    if "d2t" in state:
+        d2t = np.asarray(state["d2t"]).astype(np.int64)
+        if d2t.shape[0] != n_draft:
+            raise ModelError(f"EAGLE-3 head: d2t has {d2t.shape[0]} entries for a {n_draft}-token draft vocabulary")
+    elif n_draft == vocab:
+        d2t = np.zeros(n_draft, np.int64)
+    else:
+        raise ModelError(f"EAGLE-3 head: a {n_draft}-token draft vocabulary needs a d2t map")
+    to_target = np.arange(n_draft) + d2t
+    if to_target.max() >= vocab or to_target.min() < 0:
+        raise ConfigError(f"EAGLE-3 head: d2t maps past the target's {vocab} tokens: it belongs to another model")
+    return to_target
+
+
+def load_eagle_head(folder: Path, target) -> EagleHead:
+    config, state = load_eagle_state(folder)
+    t = target.model.cfg
+    try:
+        layout = eagle_layout(config, state, t.hidden_size, t.n_layers, t.vocab_size)
+    except (ConfigError, ModelError) as exc:
+        raise type(exc)(f"{folder}: {exc}") from exc
+    return (Eagle3Head if layout.version == 3 else Eagle1Head)(config, state, target, layout)
+
+
+class EagleHead:
+    """What both generations share: a one-layer Decoder for the cache and rotary tables, the LM head."""
+
+    version = 0
+    feature_layers: tuple[int, ...] = (-1,)
+
+    def _setup(self, config: dict, state: dict, target, in_features: int, attn_bias: bool = False) -> None:
+        from localspec.backends.torch.decoder import Decoder, DecoderConfig
+
+        t = target.model.cfg
+        hidden = t.hidden_size  # eagle_layout checked the checkpoint's
+        heads = config.get("num_attention_heads", t.n_heads)
+        own = state.get("embed_tokens.weight")  # else the target's embedding is shared, not copied
+        self.cfg = DecoderConfig(
+            t.vocab_size if own is not None else 1,
+            hidden,
+            config.get("intermediate_size", t.intermediate_size),
+            1,
+            heads,
+            config.get("num_key_value_heads", heads),
+            config.get("head_dim", hidden // heads),
+            rms_eps=config.get("rms_norm_eps", t.rms_eps),
+            rope_theta=config.get("rope_theta", t.rope_theta),
+            rope_scaling=config.get("rope_scaling", t.rope_scaling),
+            attn_bias=attn_bias,
+            tie_embeddings=True,
+            max_positions=t.max_positions + TREE_SLOTS,
+        )
+        self.decoder = Decoder(self.cfg)
+        if own is None:
+            self.decoder.embed = target.model.embed
+        else:
+            import torch
+
+            if tuple(own.shape) != (t.vocab_size, hidden):
+                raise ConfigError(
+                    f"the EAGLE head's embedding is {tuple(own.shape)}, the target's vocabulary "
+                    f"{t.vocab_size} x {hidden}: it belongs to another model"
+                )
+            with torch.no_grad():
+                self.decoder.embed.weight.copy_(own)
+        if in_features != hidden:  # EAGLE-3 attention reads [embedding; hidden]
+            from torch import nn
+
+            layer, c = self.decoder.layers[0], self.cfg
+            layer.q = nn.Linear(in_features, c.n_heads * c.head_dim, bias=False)
+            layer.k = nn.Linear(in_features, c.n_kv_heads * c.head_dim, bias=False)
+            layer.v = nn.Linear(in_features, c.n_kv_heads * c.head_dim, bias=False)
+        self.device, self.dtype = target.device, next(target.model.parameters()).dtype
+        self.lo = 0
+
+    def _finish(self, target, modules: Sequence) -> None:
+        for module in (self.decoder, *modules):
+            module.to(device=self.device, dtype=self.dtype).eval()
+        self.decoder.allocate_cache(target.n_ctx + TREE_SLOTS)
+
+    def _load_layer(self, state: dict, prefix: str) -> None:
+        """Load the Llama layer saved under ``prefix`` (HF names) into the decoder."""
+        import torch
+
+        layer = {}
+        for key, tensor in state.items():
+            if key.startswith(prefix):
+                module, _, part = key[len(prefix) :].rpartition(".")
+                if module in HF_LAYER_NAMES:
+                    layer[f"layers.0.{HF_LAYER_NAMES[module]}.{part}"] = tensor
+        missing = [
+            k for k in ("q", "k", "v", "o", "gate", "up", "down", "mlp_norm") if f"layers.0.{k}.weight" not in layer
+        ]
+        if missing:
+            raise ModelError(f"EAGLE head: missing layer weights {missing} under {prefix}")
+        with torch.no_grad():
+            result = self.decoder.load_state_dict(layer, strict=False)
+        bad = [k for k in result.unexpected_keys]
+        if bad:
+            raise ModelError(f"EAGLE head: unexpected tensors {bad[:3]}")
+
+    def fuse(self, rows):
+        """The head's hidden input for target features (numpy rows of the backend's feature_layers, concatenated)."""
+        import torch
+
+        return torch.as_tensor(rows, device=self.device).to(self.dtype)
+
+    def step(self, tokens: Sequence[int], hidden, start: int, positions=None, mask=None):
+        raise NotImplementedError
+
+    def logits_t(self, out):
+        """Next-token logits over the target's vocabulary, float32 on the device."""
+        raise NotImplementedError
+
+    def logits(self, out) -> np.ndarray:
+        return self.logits_t(out).cpu().numpy()
+
+    def top(self, out, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k best next tokens after each row of ``out``: (log-probabilities, token ids), [rows, k] each."""
+        import torch
+
+        with torch.inference_mode():
+            best = torch.topk(torch.log_softmax(self.logits_t(out), dim=-1), k, dim=-1)
+        return best.values.float().cpu().numpy(), best.indices.cpu().numpy()
+
+    @staticmethod
+    def max_tree_depth(width: int) -> int:
+        return TREE_SLOTS // width  # the cache has TREE_SLOTS slots past the context
+
+    def tree(self, base: int) -> TorchTree:
+        return TorchTree(self, base)
+
+    def _scores(self, x, weight):
+        return half_scores(self, x, weight)
+
+    def _ids(self, tokens: Sequence[int]):
+        import torch
+
+        return torch.tensor(list(tokens), dtype=torch.long, device=self.device)
+
+
+class Eagle1Head(EagleHead):
+    version = 1
+
+    def __init__(self, config: dict, state: dict, target, layout: EagleLayout) -> None:
+        from torch import nn
+
+        self._setup(config, state, target, target.model.cfg.hidden_size)
+        hidden = self.cfg.hidden_size
+        self.fc = nn.Linear(2 * hidden, hidden, bias="fc.bias" in state)
+        fc = {"weight": state["fc.weight"], **({"bias": state["fc.bias"]} if "fc.bias" in state else {})}
+        self._load_layer(state, "layers.0.")
+        self.fc.load_state_dict(fc)
+        self.decoder.layers[0].attn_norm = nn.Identity()  # layer 0 of an EAGLE head has no input norm
+        self.decoder.norm = nn.Identity()  # its output is a feature: the target's LM head reads it as is
+        self.lm_head = target.model.embed.weight if target.model.lm_head is None else target.model.lm_head.weight
+        self._finish(target, [self.fc])
+
+    def step(self, tokens, hidden, start, positions=None, mask=None):
+        import torch
+
+        with torch.inference_mode():
+            x = self.fc(torch.cat([self.decoder.embed(self._ids(tokens)), hidden.to(self.dtype)], dim=-1))
+            return self.decoder.forward_embeddings(x, start, lo=self.lo, positions=positions, mask=mask)
+
+    def logits_t(self, out):
+        import torch
+
+        with torch.inference_mode():
+            return self._scores(out, self.lm_head)
+
+
+class Eagle3Head(EagleHead):
+    version = 3
+
+    def __init__(self, config: dict, state: dict, target, layout: EagleLayout) -> None:
+        import torch
+        from torch import nn
+
+        from localspec.backends.torch.decoder import RMSNorm
+
+        t = target.model.cfg
+        self._setup(config, state, target, 2 * t.hidden_size)
+        self.feature_layers = layout.feature_layers
+        h = t.hidden_size
+        self.fc = nn.Linear(len(self.feature_layers) * h, h, bias="fc.bias" in state)
+        self.hidden_norm, self.input_norm = RMSNorm(h, self.cfg.rms_eps), RMSNorm(h, self.cfg.rms_eps)
+        self.norm = RMSNorm(h, self.cfg.rms_eps)
+        self._load_layer(state, "midlayer.")
+        with torch.no_grad():
+            self.fc.load_state_dict(
+                {"weight": state["fc.weight"], **({"bias": state["fc.bias"]} if "fc.bias" in state else {})}
+            )
+            self.hidden_norm.weight.copy_(state["midlayer.hidden_norm.weight"])
+            self.input_norm.weight.copy_(state["midlayer.input_layernorm.weight"])
+            self.norm.weight.copy_(state["norm.weight"])
+        lm_head = state["lm_head.weight"]
+        n_draft = lm_head.shape[0]
+        self.draft_to_target = torch.as_tensor(layout.draft_to_target)
+        self.lm_head = nn.Linear(h, n_draft, bias=False)
+        with torch.no_grad():
+            self.lm_head.weight.copy_(lm_head)
+        self.target_vocab = t.vocab_size
+        self._finish(target, [self.fc, self.hidden_norm, self.input_norm, self.norm, self.lm_head])
+        self.draft_to_target = self.draft_to_target.to(self.device)
+
+    def fuse(self, rows):
+        import torch
+
+        with torch.inference_mode():
+            return self.fc(super().fuse(rows))
+
+    def step(self, tokens, hidden, start, positions=None, mask=None):
+        import torch
+
+        dec = self.decoder
+        layer = dec.layers[0]
+        with torch.inference_mode():
+            hidden = hidden.to(self.dtype)
+            n = hidden.shape[0]
+            if positions is None:
+                positions = torch.arange(start, start + n, device=self.device)
+            if mask is None:
+                mask = torch.ones(n, start + n - self.lo, dtype=torch.bool, device=self.device).tril(start - self.lo)
+            cos, sin = dec.rope(positions, self.dtype)
+            x = torch.cat([self.input_norm(dec.embed(self._ids(tokens))), self.hidden_norm(hidden)], dim=-1)
+            out = hidden + dec.attend(0, layer, x, cos, sin, start, self.lo, mask)
+            return out + dec.mlp(layer, out)
+
+    def logits_t(self, out):
+        import torch
+
+        with torch.inference_mode():
+            draft = self._scores(self.norm(out), self.lm_head.weight)
+            full = torch.full((out.shape[0], self.target_vocab), float("-inf"), device=self.device)
+            full[:, self.draft_to_target] = draft
+            return full
+
+
+class TorchTree:
+    """One tree's expansion in a torch head's cache: expanded nodes take the slots after the context, and
+    each row sees the context and the slots of its ancestors (its own included)."""
+
+    def __init__(self, head: EagleHead, base: int) -> None:
+        self.head, self.base, self.slot = head, base, base
+        self.slots: dict[int, int] = {}
+
+    def step(self, tokens: Sequence[int], inputs: Sequence, nodes: Sequence[int], parents: Sequence[int], position):
+        import torch
+
+        head, n = self.head, len(nodes)
+        mask = torch.zeros(n, self.slot + n - head.lo, dtype=torch.bool, device=head.device)
+        mask[:, : self.base - head.lo] = True
+        for r, node in enumerate(nodes):
+            self.slots[node] = self.slot + r
+            a = node
+            while a >= 0:
+                mask[r, self.slots[a] - head.lo] = True
+                a = parents[a]
+        positions = torch.full((n,), position, device=head.device)
+        out = head.step(tokens, torch.cat(list(inputs)), self.slot, positions=positions, mask=mask)
+        self.slot += n
+        return out
+
+    def end(self) -> None:
+        """Nothing to undo: the next feed overwrites the slots from the context's end."""
+
+
+def half_scores(owner, x, weight):
+    """x @ weight.T in float32. On CPU the vocabulary matrix is read in half precision (a copy kept on
+    ``owner``): a draft step is bound by reading it (SmolLM2's 49152 x 576 in fp32: 10.6 ms a row, in fp16:
+    1.9 ms on this box's CPU), and drafts only need to be good guesses; what is emitted is still decided by
+    the target."""
+    import torch
+
+    if x.device.type == "cpu" and weight.dtype == torch.float32:
+        if getattr(owner, "_half", None) is None or owner._half[0] is not weight:
+            owner._half = (weight, weight.detach().half())
+        return (x.half() @ owner._half[1].T).float()
+    return (x @ weight.T).float()
+
+
+def eagle3_layers(config: dict, n_layers: int) -> tuple[int, ...]:
+    """The layers whose *inputs* an EAGLE-3 head fuses. The reference code takes the inputs of layers 2,
+    L//2 and L-3; a config's `eagle_aux_hidden_state_layer_ids` (SpecForge-trained heads) names layer
+    *outputs*, i.e. the inputs of the layers after them (SGLang reads them the same way)."""
+    ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or config.get(
+        "eagle_aux_hidden_state_layer_ids"
+    )
+    if ids:
+        return tuple(int(i) + 1 for i in ids)
+    return tuple(sorted({2, n_layers // 2, n_layers - 3}))
+
+
+def head_summary(head: EagleHead | None) -> str:
+    if head is None:
+        return ""
+    return f"EAGLE-{head.version} head" + (f" (layers {head.feature_layers})" if head.version == 3 else "")

@@ -1,0 +1,166 @@
+"""MTP drafting (`--drafter mtp`): the target's own multi-token-prediction layer drafts for it. On llama.cpp
+(below, with mtp_llama.py); on torch for MiMo's layout, through the EAGLE drafter (mtp_torch.py).
+
+The layer reads, for position P, the token at P and the target's final hidden state (after the output norm)
+at P - 1, and predicts the token at P + 1. So the drafter is fed the target's rows of every cached position
+(``needs.hidden_states``; the backend hands out the MTP rows, ``use_mtp_features``): each step's accepted
+positions are paired with the rows before them and put into the layer's cache, and then the layer drafts
+from the pending token, chaining on its own hidden row for every further token. Its draft tokens come with
+their probability under the layer as confidence, and at temperature > 0 with the layer's distributions q
+(the target's sampler settings on the layer's logits), so verification is the usual rejection sampling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from localspec.drafters.base import Drafter, DrafterNeeds
+from localspec.drafters.draft_model import GREEDY, pick_token, token_probability
+from localspec.errors import ConfigError, ModelError
+from localspec.models.registry import hf_cached, hub_file
+from localspec.options import option
+from localspec.types import Draft, Features, common_prefix
+
+HISTORY = 128  # the target's rows of the latest positions kept (a new turn resumes within them)
+
+
+@dataclass(frozen=True)
+class MtpOptions:
+    assistant: str | None = option(
+        None,
+        "a Gemma-4 assistant drafter (a gemma4-assistant GGUF, a name or a path) instead of the target's own MTP layer",
+        toml=False,
+        kind=str,
+    )
+
+
+def build(target, options: MtpOptions | None, context) -> Drafter:
+    """The MTP layer of the target: llama.cpp's (a GGUF that carries it), or MiMo's on torch."""
+    from localspec.drafters.mtp.llama_head import LlamaMtpHead
+
+    if target is None:
+        raise ConfigError("the mtp drafter needs a loaded target model")
+    if target.name == "torch":
+        from localspec.drafters.mtp.torch_head import TorchMtpDrafter
+
+        return TorchMtpDrafter(target, context.seed)
+    if target.name != "llama.cpp":
+        raise ConfigError(
+            f"--drafter mtp runs on llama.cpp (a GGUF that carries the MTP layers) and on torch (MiMo); the "
+            f"{target.name} backend has no MTP drafter yet"
+        )
+    spec = options.assistant if options else None
+    if spec:
+        from localspec.drafters.mtp.llama_head import LlamaAssistantHead
+
+        head = LlamaAssistantHead(_assistant_file(spec, target, context), target)
+    else:
+        head = LlamaMtpHead(target)
+    try:
+        target.use_mtp_features()
+        return MtpDrafter(head, target, context.seed)
+    except BaseException:
+        head.close()
+        raise
+
+
+def _assistant_file(spec: str, target, context):
+    """The assistant GGUF: a path, a models.toml name, or the 'owner/repo/file.gguf' models.toml gives a model
+    (in the Hugging Face cache once `localspec pull` has downloaded it)."""
+    on_hub = hub_file(spec)
+    if on_hub and not Path(spec).expanduser().exists():
+        found = hf_cached(*on_hub)
+        if found is None:
+            pull = f"`localspec pull {context.model}` downloads the one models.toml names, or " if context.model else ""
+            raise ModelError(
+                f"the MTP assistant {spec} is neither a file nor downloaded: {pull}pass --mtp-assistant PATH.gguf "
+                f"(a gemma4-assistant GGUF)"
+            )
+        return found
+    return context.find_model(spec) if context.find_model else spec
+
+
+class MtpDrafter(Drafter):
+    name = "mtp"
+    needs = DrafterNeeds(hidden_states=True)
+    # (observe is not needed: each feed cuts the layer's cache back to what the target kept)
+
+    def __init__(self, head, target, seed: int | None = None) -> None:
+        self.head, self.target = head, target
+        self.vocab = target.vocab_size
+        self.rng = np.random.default_rng(seed)
+        self._rows: dict[int, np.ndarray] = {}  # position -> the target's row there (the latest HISTORY)
+        self._zero = np.zeros(head.hidden_size, np.float32)
+        self._held: list[int] = []  # the tokens of the positions its cache holds
+        self.cost_per_token = head.time_step()
+        self.drafted = 0
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.target.use_mtp_features()  # another drafter (a bench method, a chat's earlier one) may have switched
+
+    def rows_held(self, context: Sequence[int]) -> int:
+        """The positions its cache holds of ``context``: a prompt cached while another drafter (or none) ran
+        is handed over again, else the layer would draft from a cache with a hole. An assistant keeps no
+        cache (it reads the target's): it needs only the target's row before the pending token."""
+        held = common_prefix(self._held, context[:-1])
+        if not self.head.own_cache and held < len(context) - 1:
+            return max(len(context) - 2, 0)
+        return held
+
+    def save_state(self):
+        return list(self._held), dict(self._rows), self.head.save()
+
+    def load_state(self, state) -> None:
+        held, rows, cache = state if state is not None else ([], {}, None)
+        if not self.head.load(cache):
+            held, rows = [], {}  # refused, or nothing saved: its cache holds nothing now
+        self._held, self._rows = list(held), dict(rows)
+
+    def _row(self, pos: int) -> np.ndarray:
+        """The target's row at ``pos``; zeros before the start or where it is no longer kept (that pair
+        then drafts worse, never wrongly: every draft is verified)."""
+        return self._rows.get(pos, self._zero)
+
+    def feed(self, context: Sequence[int], features: Features) -> None:
+        start, rows = features.start, np.asarray(features.rows, np.float32)
+        tokens = list(context[start : start + len(rows)])
+        inputs = np.stack([self._row(start - 1), *rows[: len(tokens) - 1]]) if tokens else rows[:0]
+        self.head.feed(tokens, inputs, start)
+        self._held[start:] = tokens
+        for i, row in enumerate(rows[: len(tokens)]):
+            self._rows[start + i] = row
+        last = start + len(tokens) - 1
+        for pos in [p for p in self._rows if p <= last - HISTORY or p > last]:
+            del self._rows[pos]
+
+    def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
+        if features is not None:
+            self.feed(context, features)
+        sampling = self.sampling or GREEDY
+        pos = len(context) - 1  # the pending token's position (an assistant drafts every token there)
+        step = 0 if self.head.same_position else 1
+        token, row = int(context[-1]), self._row(pos - 1)
+        tokens, q_rows, confidence = [], [], []
+        for index in range(min(max_tokens, self.head.max_draft or max_tokens)):
+            logits, row = self.head.step(token, row, pos, index)
+            token = pick_token(logits[: self.vocab], sampling, self.rng, self.vocab, q_rows)
+            tokens.append(token)
+            confidence.append(token_probability(logits, token))
+            pos += step
+        self.drafted += len(tokens)
+        return Draft.chain(tokens, np.stack(q_rows) if q_rows else None, confidence)
+
+    def figures(self) -> dict:
+        figures = {"mtp_layers": self.target.mtp_layers, "mtp_drafted": self.drafted}
+        self.drafted = 0
+        return figures
+
+    def describe(self) -> str:
+        return self.head.describe()
+
+    def close(self) -> None:
+        self.head.close()

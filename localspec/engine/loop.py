@@ -1,0 +1,265 @@
+"""The generate loop: plain decoding and speculative decoding are the same loop; plain decoding simply
+uses a drafter that proposes nothing.
+
+Cache invariant (held after every step, and restored in ``finally`` on Ctrl-C or an error):
+    the target's cache holds ``context[:-1]``; the last token of the context is *pending* — emitted but
+    not yet fed to the model. Each step feeds [pending, *draft] in one forward pass, keeps the pending
+    token and the accepted draft tokens, and cuts the rejected ones with ``truncate``. The next turn
+    reuses whatever prefix of its prompt is still in the cache.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from localspec.backends.base import Backend, Progress
+from localspec.drafters.base import Drafter, check_fit
+from localspec.engine.baseline import PlainBaseline
+from localspec.engine.exact import exact_mode, guard
+from localspec.engine.speclen import AdaptiveK, FixedK, make_policy
+from localspec.engine.stats import TurnStats
+from localspec.engine.stopping import StopStrings
+from localspec.engine.verify import verify_draft
+from localspec.errors import ConfigError, ContextOverflow
+from localspec.sampling import SamplingParams, Streams
+from localspec.types import EMPTY_DRAFT, Draft, Features, ForwardOut, TokenEvent, Verdict, common_prefix
+
+
+def stream_generate(
+    backend: Backend,
+    drafter: Drafter,
+    prompt: Sequence[int],
+    sampling: SamplingParams,
+    *,
+    max_tokens: int = 512,
+    draft_tokens: int | str | FixedK | AdaptiveK = 4,
+    stop: Sequence[str] = (),
+    rng: np.random.Generator | None = None,
+    on_prefill: Progress = None,
+    plain: PlainBaseline | None = None,
+    exact_guard: float | None = None,
+) -> Iterator[TokenEvent]:
+    """Generate a continuation of ``prompt``, one event per target forward pass. ``draft_tokens`` is a
+    fixed K, 'auto', or a policy object, and ``plain`` the plain-step timings the speedup is measured
+    against (a session passes its own of both, so what it measured carries over). ``exact_guard``: `--exact`'s
+    near-tie margin, below which a window row decides nothing at temperature 0 on a backend without
+    batch-invariant kernels (those run instead where the backend has them); None: the fast default, no guard
+    and the backend's fastest kernels."""
+    policy = make_policy(draft_tokens)
+    plain = plain if plain is not None else PlainBaseline()
+    _check_request(backend, drafter, prompt, max_tokens)
+    rng = rng if rng is not None else np.random.default_rng()
+    streams = Streams(int(rng.integers(2**63)))  # this turn's draws, by token position
+    stats = TurnStats(prompt_tokens=len(prompt))
+    invariant, margin = exact_mode(backend, sampling, exact_guard)
+    backend.set_batch_invariant(invariant)
+    stats.guard_margin, stats.guard_kernels, stats.exact = margin, invariant, exact_guard is not None
+    context = list(prompt)
+    detok, stopper = backend.detokenizer(), StopStrings(stop)
+    need_hidden = drafter.needs.hidden_states
+    started = time.perf_counter()
+    try:
+        drafter.use_sampling(sampling)
+        drafter.begin(context)  # first: a feature-fed drafter sets which rows the target hands out
+        features = _prefill(backend, drafter, context, on_prefill, stats)
+        policy.begin_turn(drafter.cost_per_token)
+        drafter.bind(policy)
+        started = last_end = time.perf_counter()
+        finish, held = None, False
+        while finish is None:
+            # plan: no further than the context can hold and than the answer may still grow; after the
+            # guard held a near-tie back, a single-token step decides it, as plain decoding does
+            t0 = time.perf_counter()
+            cap = min(policy.max_k, max_tokens - stats.generated - 1, backend.n_ctx - len(context))
+            if backend.max_rollback is not None:  # a recurrent state rolls back so far: rejected drafts must fit
+                cap = min(cap, backend.max_rollback)
+            k = policy.plan(cap, drafter.catchup_estimate(context)) if cap > 0 and not held else 0
+            tp = time.perf_counter()
+            # propose
+            draft = _propose(drafter, context, k, features)
+            t1 = time.perf_counter()
+            drafting = t1 - t0 - drafter.catchup_s  # what drafting costs, apart from a one-off catch-up
+            # the controller sizes a tree by depth, judging it by its main branch; side branches deeper than
+            # the main one are cut too, so that what it measures per depth stays one kind of window
+            # (verifying them whole measured 0.84-0.99x plain on cases where EAGLE is weak, cut 0.95-1.10x);
+            # a tree also needs a cache slot per node (cap bounds its depth, not its size), and is costed by
+            # its node count; a whole draft (lookahead) is verified whole or not at all
+            main = draft.main_chain()
+            depth = policy.trim(main, drafting, None if draft.is_chain else draft.sizes(len(main)), draft.whole)
+            draft = (draft if depth else EMPTY_DRAFT) if draft.whole else draft.cut(depth)
+            draft = draft.prefix(backend.n_ctx - len(context))
+            # verify
+            if margin and len(draft) and backend.max_rollback:  # a held first row cuts the whole window off,
+                backend.checkpoint()  # which a recurrent state's snapshots do not reach
+            out = _forward(backend, context, draft, need_hidden)
+            if drafter.wants_outputs and len(draft):  # lookahead: the target's guess after every node
+                drafter.see_outputs(draft, out.rows.argmax())
+            verdict = verify_draft(draft, out.rows, sampling, streams.after(len(context) - len(prompt)), stats.rules)
+            forced, gap = held, None
+            if margin and len(draft):
+                verdict, gap = guard(verdict, out.rows, margin)
+            held = verdict.held
+            # accept: the kept positions stay in the cache (and their features go to the drafter)
+            features = _accept(backend, context, draft, out, verdict, need_hidden)
+            t2 = time.perf_counter()
+            stats.draft_s += t1 - t0
+            stats.verify_s += t2 - t1
+            # emit
+            emitted, text, draft_chars, finish = _emit(
+                verdict, context, backend, detok, stopper, max_tokens - stats.generated
+            )
+            from_draft = min(verdict.accepted, len(emitted))
+            drafter.observe(Verdict(len(draft), from_draft, tuple(emitted)))  # what was really emitted
+            stats.record_step(len(draft), from_draft, len(emitted))
+            now = time.perf_counter()
+            stats.record_guard(gap, now - t0 if forced else 0.0)
+            if not draft.tokens:  # an ordinary decoding step, but for the proposal: the speedup's baseline
+                plain.record(len(context) - len(emitted), now - last_end - (t1 - tp))
+            last_end = now
+            stats.plain = plain.at(len(prompt) + stats.generated // 2)  # the turn's mean context length
+            judged = len(main) if draft.whole and len(draft) else max(draft.depths(), default=0)  # what trim saw
+            policy.record(
+                judged,
+                min(verdict.accepted, judged),
+                emitted,
+                drafting,
+                t2 - t1,
+                now - t0 - drafter.catchup_s,
+                len(draft) + 1,
+                not draft.is_chain,
+            )
+            stats.decode_s = now - started
+            yield TokenEvent(tuple(emitted), text, from_draft, stats, finish, min(draft_chars, len(text)))
+        _hand_over(drafter, context, features)
+    except GeneratorExit:  # the caller stopped the answer: the part it keeps is the drafter's too
+        _hand_over(drafter, context, features)
+        raise
+    finally:
+        backend.truncate(len(context) - 1)  # restore the invariant, whatever happened mid-step
+        drafter.end()
+        stats.method, stats.drafter = drafter.name, drafter.figures()
+        stats.speclen = policy.figures()
+        if stats.generated:
+            stats.decode_s = time.perf_counter() - started
+
+
+def _hand_over(drafter: Drafter, context: list[int], features: Features | None) -> None:
+    """The last step's features: a feature-fed drafter keeps its cache whole."""
+    if features is not None:
+        drafter.feed(context, features)
+
+
+def _check_request(backend: Backend, drafter: Drafter, prompt: Sequence[int], max_tokens: int) -> None:
+    if max_tokens < 1:
+        raise ConfigError(f"--max-tokens must be at least 1, got {max_tokens}")
+    if not prompt:
+        raise ConfigError("the prompt is empty")
+    if len(prompt) >= backend.n_ctx:
+        raise ContextOverflow(
+            f"the prompt has {len(prompt)} tokens but the context holds {backend.n_ctx}; shorten it or raise --ctx"
+        )
+    check_fit(backend, drafter)  # what the drafter needs of the backend
+
+
+def _prefill(
+    backend: Backend, drafter: Drafter, context: list[int], on_prefill: Progress, stats: TurnStats
+) -> Features | None:
+    """Cache the prompt but its last token (reusing what the cache already holds of it); the features of a
+    feature-fed drafter's prompt (EAGLE), or None."""
+    started = time.perf_counter()
+    reuse = common_prefix(backend.cached_tokens, context[:-1])
+    if drafter.needs.hidden_states:  # it is handed the features of the positions it lacks
+        reuse = min(reuse, drafter.rows_held(context))
+    backend.truncate(reuse)
+    features = None
+    if drafter.needs.hidden_states:
+        rows = backend.prefill_features(context[reuse:-1], progress=on_prefill)
+        features = Features(reuse, rows) if len(rows) else None
+    else:
+        backend.prefill(context[reuse:-1], progress=on_prefill)
+    if len(context) - 1 > reuse:
+        backend.prompt_cached()
+    stats.prefill_tokens = len(context) - 1 - reuse
+    stats.prefill_s = time.perf_counter() - started
+    return features
+
+
+def _propose(drafter: Drafter, context: list[int], k: int, features: Features | None) -> Draft:
+    if k > 0:
+        return drafter.propose(context, k, features).cut(k)
+    if features is not None:
+        drafter.feed(context, features)  # keep a feature-fed drafter's cache complete
+    return Draft()
+
+
+def _forward(backend: Backend, context: list[int], draft: Draft, need_hidden: bool) -> ForwardOut:
+    """The target's forward pass over the pending token and the draft (a chain, or a tree)."""
+    if draft.is_chain:
+        return backend.forward([context[-1], *draft.tokens], return_hidden=need_hidden)
+    return backend.forward_tree([context[-1], *draft.tokens], draft.parents, return_hidden=need_hidden)
+
+
+def _accept(
+    backend: Backend, context: list[int], draft: Draft, out: ForwardOut, verdict: Verdict, need_hidden: bool
+) -> Features | None:
+    """Keep the positions the verdict decided in the cache; their target features for the next proposal
+    (a feature-fed drafter), else None."""
+    if not draft.is_chain:
+        backend.accept_path(verdict.path)
+    kept = verdict.accepted + (0 if verdict.held else 1)  # positions fed this step that stay in the cache
+    features = None
+    if need_hidden:
+        rows = out.hidden[[0, *(i + 1 for i in verdict.path)]][:kept]
+        features = Features(len(context) - 1, rows) if kept else None
+    backend.truncate(len(context) - 1 + kept)
+    return features
+
+
+def _emit(verdict: Verdict, context: list[int], backend: Backend, detok, stopper: StopStrings, room: int):
+    """Append the verdict's tokens to the context up to an end of generation, ``room`` tokens or a stop
+    string: (tokens, their text, how much of it came from the draft, finish reason or None)."""
+    emitted, text, draft_chars, finish = [], "", 0, None
+    for token in verdict.tokens:
+        emitted.append(token)
+        context.append(token)
+        if token in backend.eog_tokens:
+            finish = "stop"
+            break
+        text += detok.push(token)
+        if len(emitted) <= verdict.accepted:
+            draft_chars = len(text)
+        if len(emitted) >= room:
+            finish = "length"
+            break
+    if finish is None and len(context) > backend.n_ctx:
+        finish = "context"
+    text, hit = stopper.feed(text)
+    if hit:
+        finish = "stop"
+    elif finish is not None:
+        text += stopper.feed(detok.flush())[0] + stopper.flush()
+    return emitted, text, draft_chars, finish
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    tokens: tuple[int, ...]
+    finish_reason: str
+    stats: TurnStats
+
+
+def generate(
+    backend: Backend, drafter: Drafter, prompt: Sequence[int], sampling: SamplingParams, **options
+) -> Completion:
+    """Run ``stream_generate`` to the end and collect its output."""
+    text, tokens, finish, stats = [], [], "length", None
+    for event in stream_generate(backend, drafter, prompt, sampling, **options):
+        text.append(event.text)
+        tokens.extend(event.tokens)
+        finish, stats = event.finish_reason or finish, event.stats
+    return Completion("".join(text), tuple(tokens), finish, stats)

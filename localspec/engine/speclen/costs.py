@@ -1,0 +1,255 @@
+"""What a step costs on this machine: verify(n) for a window of n positions, draft(k) for k drafted tokens
+and the per-step overhead, all measured in this session (or loaded from an earlier one).
+
+verify(n) is kept per window size n — the whole curve, which on CPUs is neither linear nor monotone
+(llama.cpp's repacked kernels make 16 positions cheaper than 12 on this box) and on a GPU is nearly flat.
+draft(k) is a fitted line (the current drafter's: forgotten when it changes), and the overhead is what a step
+spends outside drafting and verifying.
+
+Window sizes that were never measured are estimated pessimistically (the mean per-token slope so far), so
+the policy tries them only out of its exploration budget (policy.py). The measured curve is persisted per
+model file, backend, build and threads (localspec/cost_cache.py) in the format of ``CostModel.to_dict``, so
+the next start begins where this one ended.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+
+from localspec.engine.speclen.acceptance import DECAY  # the draft line forgets at the acceptance estimates' rate
+
+COST_EMA = 0.2  # weight of the newest timing in the running averages
+PRIOR_SLOPE = 0.5  # below the smallest measured window, each position costs half a single step
+MIN_SLOPE = 0.1  # past the largest measured window, each position costs at least this share of a step
+MEASURED = 2  # a window size timed this often counts as measured; below it, trying it is exploration
+CURVE_EVERY = 16  # timings between rebuilds of the interpolated cost curve
+TREE_RATIO = (0.5, 20.0)  # bounds of one timing's tree / chain cost ratio (a stray slow step is clipped)
+
+
+class CostModel:
+    """Seconds a step takes: a verify window of n positions, a draft of k tokens, and the rest of the step."""
+
+    def __init__(self, max_k: int) -> None:
+        self.max_k = max_k
+        self._verify: dict[int, float] = {}  # window size n -> running mean seconds
+        self._verify_n: dict[int, int] = {}  # how often each size was measured
+        self._curve: list[float] | None = None  # verify(n) for n = 0..max_k + 1 (see curve)
+        self._curve_age = 0
+        self._overhead: float | None = None  # per-step seconds outside draft and verify
+        self._loaded = 0  # window sizes whose cost came from an earlier session
+        self._stale: set[int] = set()  # loaded sizes, until the first timing of this session rescales them
+        self.line = DraftLine()  # the current drafter's cost of drafting
+        # a tree of n tokens over a chain of n: llama.cpp verifies a tree as several sequences and decodes an
+        # accepted side branch again, so the same tokens cost more as a tree (not persisted; None: untimed)
+        self._tree_factor: float | None = None
+
+    def reset_drafter(self) -> None:
+        """A new drafter: forget its draft cost (the machine's verify costs stay)."""
+        self.line = DraftLine()
+
+    @property
+    def draft_hint(self) -> float | None:
+        return self.line.hint
+
+    @draft_hint.setter
+    def draft_hint(self, value: float | None) -> None:
+        self.line.hint = value
+
+    # -- what is known ----------------------------------------------------------------------------------
+    @property
+    def timed(self) -> bool:
+        """Whether any window size was timed (or loaded) yet."""
+        return bool(self._verify)
+
+    def measured(self, n: int) -> bool:
+        """Whether window size n was timed often enough that trying it is no longer exploration."""
+        return self._verify_n.get(n, 0) >= MEASURED
+
+    @property
+    def tree_timed(self) -> bool:
+        return self._tree_factor is not None
+
+    @property
+    def draft_unknown(self) -> bool:
+        """Nothing is known of what drafting costs: it was never timed and the drafter gave no figure."""
+        return self.line.unknown
+
+    # -- estimates --------------------------------------------------------------------------------------
+    def verify(self, n: int) -> float | None:
+        """Seconds for a forward of n positions: measured, else interpolated between measured sizes. Below
+        the smallest measured size each position costs PRIOR_SLOPE single steps; past the largest, the mean
+        per-position slope so far (at least MIN_SLOPE of a step) — a guess on the dear side, so a big
+        window is tried out of the exploration budget rather than on faith."""
+        if not self._verify:
+            return None
+        if n in self._verify:
+            return self._verify[n]
+        if self._curve is not None and n < len(self._curve):
+            return self._curve[n]
+        return self._estimate(n, sorted(self._verify))
+
+    def _estimate(self, n: int, known: list[int]) -> float:
+        v = self._verify
+        j = bisect_right(known, n)
+        if 0 < j < len(known):
+            a, b = known[j - 1], known[j]
+            return v[a] + (v[b] - v[a]) * (n - a) / (b - a)
+        low = known[0]
+        single = v[1] if 1 in v else v[low] / (1 + PRIOR_SLOPE * (low - 1))
+        if j == 0:
+            return single * (1 + PRIOR_SLOPE * (n - 1))
+        top = known[-1]
+        slope = max((v[top] - single) / (top - 1) if top > 1 else PRIOR_SLOPE * single, MIN_SLOPE * single)
+        return v[top] + slope * (n - top)
+
+    def curve(self) -> list[float]:
+        """verify(n) for n = 0..max_k + 1. Measured sizes are kept current by every timing; the estimates
+        between and past them are rebuilt when a new size is measured and every CURVE_EVERY timings (they
+        move little, and rebuilding costs more than the rest of a step's planning)."""
+        if self._curve is None:
+            known = sorted(self._verify)
+            self._curve = [0.0] + [self._verify.get(n) or self._estimate(n, known) for n in range(1, self.max_k + 2)]
+            self._curve_age = 0
+        return self._curve
+
+    def draft(self, k: int, line: tuple[float, float] | None = None) -> float:
+        """Seconds for drafting k tokens (line: the draft line, if already at hand)."""
+        return self.line.seconds(k, line)
+
+    def draft_line(self) -> tuple[float, float]:
+        return self.line.fit()
+
+    def step_times(self, top: int, draft_s: float | None, sizes: Sequence[int] | None = None) -> list[float]:
+        """Estimated seconds of a step verifying k = 0..top tokens (draft_s: drafting time already spent;
+        sizes[k]: the tokens verified at k, for a tree cut at depth k)."""
+        curve, overhead = self.curve(), self._overhead or 0.0
+        if sizes is None:
+            verify = curve[1 : top + 2]
+        else:
+            tree = self._tree_factor or 1.0
+            verify = [self.verify(n + 1) * (tree if n else 1.0) for n in sizes[: top + 1]]
+        if draft_s is not None:
+            return [overhead + draft_s + c for c in verify]
+        line = self.draft_line()
+        return [overhead + self.draft(k, line) + verify[k] for k in range(top + 1)]
+
+    # -- timings ----------------------------------------------------------------------------------------
+    def record(
+        self, window: int, drafted: int, draft_s: float, verify_s: float, step_s: float, tree: bool = False
+    ) -> None:
+        """A step's timings: a verify window of `window` positions (a tree of that many when `tree`), after
+        asking the drafter for `drafted` tokens (0: it was not run); seconds. A tree's timing teaches the tree
+        factor, never the chain curve."""
+        if tree:
+            self._time_tree(window, verify_s)
+        else:
+            self._time_window(window, verify_s)
+        rest = max(0.0, step_s - draft_s - verify_s)
+        self._overhead = rest if self._overhead is None else self._overhead + COST_EMA * (rest - self._overhead)
+        if drafted:
+            self.line.record(drafted, draft_s)
+
+    def _time_tree(self, n: int, seconds: float) -> None:
+        chain = self.verify(n)
+        if not chain:
+            return
+        ratio = min(max(seconds / chain, TREE_RATIO[0]), TREE_RATIO[1])
+        old = self._tree_factor
+        self._tree_factor = ratio if old is None else old + COST_EMA * (ratio - old)
+
+    def _time_window(self, n: int, seconds: float) -> None:
+        if n in self._stale:
+            self._rescale_loaded(seconds / self._verify[n])
+        count = self._verify_n[n] = self._verify_n.get(n, 0) + 1
+        old = self._verify.get(n, seconds)
+        if count > 3:
+            seconds = min(seconds, 2 * old)  # a stray slow step (the collector, another process) is clipped
+        self._verify[n] = old + max(COST_EMA, 1 / count) * (seconds - old)  # a plain mean until it settles
+        self._curve_age += 1
+        if self._curve is None or count == 1 or self._curve_age >= CURVE_EVERY or n >= len(self._curve):
+            self._curve = None
+        else:
+            self._curve[n] = self._verify[n]
+
+    # -- the measured curve across sessions -----------------------------------------------------------
+    def to_dict(self) -> dict:
+        """What to persist: seconds and measurement count per window size."""
+        return {
+            "verify_s": {str(n): s for n, s in sorted(self._verify.items())},
+            "count": {str(n): self._verify_n[n] for n in sorted(self._verify)},
+        }
+
+    def swap(self, saved: dict) -> None:
+        """Plan on another verify-cost curve (``saved``, possibly empty) from now on: the kernels changed."""
+        self._verify, self._verify_n, self._curve, self._stale, self._loaded = {}, {}, None, set(), 0
+        self.load(saved)
+
+    def load(self, saved: dict) -> None:
+        """Start from an earlier session's curve; each size counts as at most MEASURED measurements, so new
+        timings soon outweigh it if the machine changed."""
+        for key, seconds in saved.get("verify_s", {}).items():
+            n, count = int(key), int(saved.get("count", {}).get(key, 1))
+            if n not in self._verify and seconds > 0:
+                self._verify[n], self._verify_n[n] = float(seconds), min(count, MEASURED)
+                self._stale.add(n)
+                self._loaded += 1
+        self._curve = None
+
+    def _rescale_loaded(self, ratio: float) -> None:
+        """The first new timing of a loaded size: the machine may be busier or idler than when the curve was
+        saved. Its shape is kept, its level follows: every size not timed again yet is scaled by the ratio
+        (bounded, one timing is noisy), so a window that looked dear under load is not ruled out for good."""
+        ratio = min(max(ratio, 0.5), 2.0)
+        for m in self._stale:
+            self._verify[m] *= ratio
+        self._stale.clear()
+        self._curve = None
+
+    def figures(self) -> dict:
+        """The measured curve in milliseconds, and how many of its sizes came from an earlier session."""
+        return {
+            "verify_ms": {n: round(s * 1e3, 2) for n, s in sorted(self._verify.items())},
+            "costs_loaded": self._loaded,
+            "tree_cost_factor": None if self._tree_factor is None else round(self._tree_factor, 2),
+        }
+
+
+class DraftLine:
+    """What one drafter's drafting costs: seconds = a + b k for k drafted tokens, fitted to its timed calls
+    (decayed, so it follows the drafter), and its own figure until then."""
+
+    def __init__(self, hint: float | None = 0.0) -> None:
+        # the drafter's own figure for a drafted token, used until drafting is timed (0: a lookup; None: unknown)
+        self.hint = hint
+        self._sums = [0.0] * 5  # decayed sums: n, k, kk, t, kt
+
+    @property
+    def unknown(self) -> bool:
+        """Nothing is known of what drafting costs: it was never timed and the drafter gave no figure."""
+        return self._sums[0] < 0.5 and self.hint is None
+
+    def seconds(self, k: int, line: tuple[float, float] | None = None) -> float:
+        """Seconds for drafting k tokens (line: the fitted line, if already at hand)."""
+        if k == 0:
+            return 0.0
+        a, b = self.fit() if line is None else line
+        return max(0.0, a + b * k)
+
+    def fit(self) -> tuple[float, float]:
+        """(intercept, slope) of drafting time against k, from the decayed sums."""
+        n, sk, skk, st, skt = self._sums
+        if n < 0.5:
+            return 0.0, self.hint or 0.0
+        var = skk / n - (sk / n) ** 2
+        if var > 1e-9:
+            b = (skt / n - sk / n * st / n) / var
+            return st / n - b * sk / n, b
+        return 0.0, (st / sk if sk else 0.0)  # every measured call drafted the same k: no intercept
+
+    def record(self, k: int, seconds: float) -> None:
+        f = self._sums
+        if f[0] >= 3:  # a stray slow call (a page fault, the collector) must not make a drafter look costly
+            seconds = min(seconds, 3 * self.seconds(k) + 1e-4)
+        for j, value in enumerate((1.0, k, k * k, seconds, k * seconds)):
+            f[j] = DECAY * f[j] + value

@@ -1,0 +1,189 @@
+"""The layout's rules (docs/design.md, Layout), checked on the package's source by walking its syntax trees:
+
+- engine/ imports no drafter family, chat/, apps/ or bench/; backends/ imports no drafters/; drafters/ imports
+  no train/, bench/ or apps/; only apps/ imports apps/ (and `python -m localspec`, its door);
+- no module imports another module's _private name, or reads one off an imported module;
+- nothing outside backends/ reads a backend's _private attribute;
+- nothing reads a backend's attribute with getattr/hasattr (declare it on Backend or in Capabilities);
+- nothing compares a backend's name (a drafter picks its head per backend through its table row).
+
+Each rule is also shown to fail on a planted violation."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "localspec"
+FAMILIES = ("suffix", "lookahead", "eagle", "dflash", "mtp", "multihead")
+# what each wing may not import: (importer prefix, forbidden prefixes)
+FORBIDDEN = [
+    (
+        "localspec.engine",
+        ["localspec.chat", "localspec.apps", "localspec.bench"] + [f"localspec.drafters.{f}" for f in FAMILIES],
+    ),
+    ("localspec.backends", ["localspec.drafters"]),
+    ("localspec.drafters", ["localspec.train", "localspec.bench", "localspec.apps"]),
+]
+APPS_DOORS = ("localspec.apps", "localspec.__main__")
+BACKENDISH = ("backend", "target", "draft", "draft_backend", "model_backend")  # names a Backend goes by
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_sources() -> dict[str, str]:
+    return {module_name(p): p.read_text(encoding="utf-8") for p in ROOT.rglob("*.py")}
+
+
+def under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def is_backendish(node: ast.AST) -> bool:
+    """`backend`, `target`, `self.target`, `self._backend`... : an expression that holds a Backend by its name."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+    return name is not None and name.lstrip("_") in BACKENDISH
+
+
+def imported_modules(tree: ast.AST, known: set[str]) -> dict[str, str]:
+    """Local names bound to localspec modules: `import localspec.x as y`, `from localspec.x import module`."""
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update({a.asname: a.name for a in node.names if a.asname and a.name in known})
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                if f"{node.module}.{a.name}" in known:
+                    names[a.asname or a.name] = f"{node.module}.{a.name}"
+    return names
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def import_violations(module: str, tree: ast.AST, known: set[str]) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        targets, privates = [], []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module in known:
+                targets.append(node.module)
+                privates = [a.name for a in node.names if _private(a.name) and node.module != module]
+            targets += [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in known]
+        elif isinstance(node, ast.Import):
+            targets = [a.name for a in node.names if a.name in known]
+        found += [f"{module}: imports the private {node.module}.{p}" for p in privates]
+        for target in targets:
+            for importer, banned in FORBIDDEN:
+                if under(module, importer) and any(under(target, b) for b in banned):
+                    found.append(f"{module}: {importer.split('.')[-1]}/ may not import {target}")
+            if under(target, "localspec.apps") and not any(under(module, d) for d in APPS_DOORS):
+                found.append(f"{module}: only apps/ imports apps/ ({target})")
+    return found
+
+
+def use_violations(module: str, tree: ast.AST, known: set[str]) -> list[str]:
+    found, modules = [], imported_modules(tree, known)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Name):
+            if node.value.id in modules and modules[node.value.id] != module:
+                found.append(f"{module}:{node.lineno}: reads the private {modules[node.value.id]}.{node.attr}")
+        if isinstance(node, ast.Attribute) and _private(node.attr) and is_backendish(node.value):
+            if not under(module, "localspec.backends"):
+                found.append(f"{module}:{node.lineno}: reads a backend's private {ast.unparse(node)}")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and node.args
+            and is_backendish(node.args[0])
+        ):
+            found.append(f"{module}:{node.lineno}: {node.func.id} on a backend ({ast.unparse(node)})")
+        elif isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(isinstance(s, ast.Attribute) and s.attr == "name" and is_backendish(s.value) for s in sides):
+                found.append(f"{module}:{node.lineno}: compares a backend's name ({ast.unparse(node)})")
+    return found
+
+
+def layout_violations(sources: dict[str, str]) -> list[str]:
+    known = set(sources)
+    found = []
+    for module, source in sorted(sources.items()):
+        tree = ast.parse(source)
+        found += import_violations(module, tree, known) + use_violations(module, tree, known)
+    return found
+
+
+def test_the_package_keeps_the_layout_rules():
+    assert layout_violations(package_sources()) == []
+
+
+def test_the_wings_are_folders():
+    wings = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert {"engine", "backends", "drafters", "chat", "models", "train", "bench", "apps"} <= wings
+    assert {f for f in FAMILIES if (ROOT / "drafters" / f / "drafter.py").exists()} == set(FAMILIES)
+
+
+PLANTED = {
+    "an upward import": (
+        "localspec.engine.loop",
+        "from localspec.chat.conversation import Conversation\n",
+        "engine/ may not import localspec.chat.conversation",
+    ),
+    "a drafter family in the engine": (
+        "localspec.engine.loop",
+        "from localspec.drafters.suffix import drafter\n",
+        "engine/ may not import localspec.drafters.suffix.drafter",
+    ),
+    "a backend importing a drafter": (
+        "localspec.backends.base",
+        "import localspec.drafters.ngram as ngram\n",
+        "backends/ may not import localspec.drafters.ngram",
+    ),
+    "apps imported from below": (
+        "localspec.session",
+        "def f():\n    from localspec.apps.server import tools\n",
+        "only apps/ imports apps/",
+    ),
+    "a private import": (
+        "localspec.drafters.eagle.llama_head",
+        "from localspec.backends.llama_cpp.capi import _LOG_LINES\n",
+        "imports the private localspec.backends.llama_cpp.capi._LOG_LINES",
+    ),
+    "a private read off a module": (
+        "localspec.bench.quants",
+        "from localspec.backends.llama_cpp import capi\nx = capi._LOG_LINES\n",
+        "reads the private localspec.backends.llama_cpp.capi._LOG_LINES",
+    ),
+    "a backend's private attribute": (
+        "localspec.drafters.eagle.llama_head",
+        "def f(target):\n    return target._ctx\n",
+        "reads a backend's private target._ctx",
+    ),
+    "a getattr on a backend": (
+        "localspec.session",
+        "def f(self):\n    return getattr(self.backend, 'snapshot_bytes', 0)\n",
+        "getattr on a backend",
+    ),
+    "a backend-name comparison": (
+        "localspec.drafters.mtp.drafter",
+        "def build(target):\n    if target.name == 'torch':\n        pass\n",
+        "compares a backend's name",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", PLANTED)
+def test_each_rule_fails_on_a_planted_violation(kind):
+    module, line, expected = PLANTED[kind]
+    sources = package_sources()
+    sources[module] = sources[module] + "\n" + line
+    found = layout_violations(sources)
+    assert any(expected in v and v.startswith(module) for v in found), found

@@ -2,11 +2,13 @@
 platform faked), an install without a C compiler, the memory figure without /proc or `resource`."""
 
 import builtins
+import json
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -71,29 +73,38 @@ def test_chats_and_caches_follow_the_variables(tmp_path, monkeypatch):
     assert user_models_file() == tmp_path / "cfg" / "models.toml"
 
 
-def test_localspec_installs_and_drafts_without_a_c_compiler(tmp_path):
-    """The suffix trie's extension is optional: with no working compiler (CC=false) the wheel still builds,
-    holds no compiled trie, and suffix decoding runs on the pure-Python one."""
+def build_wheel(tmp_path: Path, **env) -> Path:
+    """localspec's wheel, built from a copy of this checkout's sources (never its compiled leftovers)."""
     src = tmp_path / "src"
     src.mkdir()
     for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(ROOT / name, src / name)
     shutil.copytree(ROOT / "localspec", src / "localspec", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-    env = dict(os.environ, CC="false")
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
     done = subprocess.run(
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "wheels"), str(src)],
+        [*PIP, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "wheels"), str(src)],
         capture_output=True,
         text=True,
-        env=env,
+        env=dict(os.environ, **env),
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     (wheel,) = (tmp_path / "wheels").glob("localspec-*.whl")
+    return wheel
+
+
+PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+DEPENDENCIES = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]  # numpy, llama_cpp, ...
+
+
+def test_localspec_installs_and_drafts_without_a_c_compiler(tmp_path):
+    """The suffix trie's extension is optional: with no working compiler (CC=false) the wheel still builds,
+    holds no compiled trie, and suffix decoding runs on the pure-Python one."""
+    wheel = build_wheel(tmp_path, CC="false")
     target = tmp_path / "site"
-    done = subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], capture_output=True)
+    done = subprocess.run([*PIP, "install", "--no-deps", "--target", str(target), str(wheel)], capture_output=True)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert not [p for p in target.glob("localspec/drafters/_suffixtree*") if p.suffix != ".c"]  # no .so/.pyd
+    assert (target / "localspec/drafters/suffix/_suffixtree.c").exists()  # where the compiled trie would lie
+    assert not [p for p in target.glob("localspec/drafters/suffix/_suffixtree*") if p.suffix != ".c"]  # no .so
     check = (
         "import localspec, localspec.drafters.suffix.tree as t; "
         "from localspec.drafters.suffix.drafter import SuffixDrafter, SuffixOptions; "
@@ -102,16 +113,73 @@ def test_localspec_installs_and_drafts_without_a_c_compiler(tmp_path):
         "print(t.implementation(), d.propose([1, 2, 3, 4, 1, 2, 3], 4).tokens)"
     )
     # -S: no .pth files, so not this checkout's editable install; numpy from site-packages, localspec from the wheel
-    path = os.pathsep.join([str(target), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
     done = subprocess.run(
         [sys.executable, "-S", "-c", check],
         capture_output=True,
         text=True,
-        env=dict(os.environ, PYTHONPATH=path),
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), *DEPENDENCIES])),
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split("(")[0].strip() == "Python" and "4" in done.stdout
+
+
+PACKAGE_DATA = [  # what the wheel must carry beside the code, each with its owner
+    "localspec/models/models.toml",
+    "localspec/bench/workload.jsonl",
+    "localspec/bench/quant_reference.json",
+    "localspec/backends/llama_cpp/layout.json",
+]
+
+
+@pytest.mark.model
+def test_the_built_wheel_runs_in_a_fresh_venv(tmp_path):
+    """The wheel as a user installs it: a new venv (its dependencies seen through a .pth, so no download), the
+    `localspec` console script, `list` (the models.toml it carries) and one SmolLM2 answer through llama.cpp
+    (its weight-layout table). Run outside the checkout, so nothing comes from the sources."""
+    wheel = build_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+    assert [d for d in PACKAGE_DATA if d not in names] == []
+    assert any(n.startswith("localspec/drafters/suffix/_suffixtree") and n.endswith((".so", ".pyd")) for n in names)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    done = subprocess.run([*PIP, "--python", str(python), "install", "--no-deps", str(wheel)], capture_output=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (Path(site) / "dependencies.pth").write_text("\n".join(DEPENDENCIES) + "\n")  # plain paths: no editable hook
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    where = subprocess.run(
+        [str(python), "-c", "import localspec; print(localspec.__file__)"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert where.stdout.strip().startswith(site), where.stdout + where.stderr
+    listed = subprocess.run(
+        [str(venv / "bin" / "localspec"), "list"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert "smollm2-135m" in listed.stdout and "qwen2.5-coder-1.5b" in listed.stdout
+    answer = subprocess.run(
+        [str(venv / "bin" / "localspec"), "run", "--max-tokens", "4", "--json", "Name a colour."],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert answer.returncode == 0, answer.stderr[-2000:]
+    result = json.loads(answer.stdout)
+    assert result["model"] == "smollm2-135m" and result["text"].strip()
+    assert result["stats"]["generated_tokens"] == 4 and result["finish_reason"] == "length"
 
 
 def test_memory_figure_without_proc_or_resource(monkeypatch):

@@ -1,5 +1,5 @@
-"""The drafter table is the one place a drafter is registered: the command line, models.toml, /help and the
-README follow it, and a flag travels cli -> config -> session -> drafter."""
+"""The drafter table is the one place a drafter is registered: the command line, models.toml, /help, the
+README and docs/drafters.md follow it, and a flag travels cli -> config -> session -> drafter."""
 
 import re
 from dataclasses import dataclass
@@ -12,13 +12,15 @@ from localspec.apps.cli import build_parser
 from localspec.apps.tui.slash import help_text
 from localspec.config import load_models, settings_from_args
 from localspec.drafters.base import Drafter
-from localspec.drafters.table import DRAFTERS, DrafterKind, markdown_table
+from localspec.drafters.table import DRAFTERS, DrafterKind, markdown_table, summary_table
 from localspec.errors import ConfigError
 from localspec.options import option
 from localspec.session import Session
 from localspec.types import Draft
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DRAFTERS_PAGE = ROOT / "docs" / "drafters.md"
 
 
 def options_of(kind):
@@ -95,10 +97,21 @@ def test_help_lists_every_drafter():
         assert re.search(rf"^  {kind.name} +{re.escape(kind.summary)}$", help_text(), re.M), kind.name
 
 
+def shown_table(page: Path) -> str:
+    text = page.read_text(encoding="utf-8")
+    return text.split("<!-- drafters -->\n", 1)[1].split("\n<!-- /drafters -->", 1)[0]
+
+
 def test_the_readme_table_is_the_drafter_table():
-    text = README.read_text(encoding="utf-8")
-    shown = text.split("<!-- drafters -->\n", 1)[1].split("\n<!-- /drafters -->", 1)[0]
-    assert shown == markdown_table(), "README's drafter table is stale: paste `python -m localspec.drafters.table`"
+    assert shown_table(README) == summary_table(), (
+        "README's drafter table is stale: paste `python -m localspec.drafters.table --short`"
+    )
+
+
+def test_the_drafters_page_table_is_the_drafter_table_with_its_options():
+    assert shown_table(DRAFTERS_PAGE) == markdown_table(), (
+        "docs/drafters.md's drafter table is stale: paste `python -m localspec.drafters.table`"
+    )
 
 
 def test_unknown_drafter_fails_before_loading():
@@ -133,6 +146,7 @@ def test_a_new_drafter_is_one_module_and_one_table_row(monkeypatch, tmp_path):
     assert "--echo-width" in build_parser()._subparsers._group_actions[0].choices["chat"].format_help()
     assert re.search(r"^  echo +repeats the last tokens$", help_text(), re.M)
     assert "| `echo` | repeats the last tokens | cache rollback | `--echo-width`, `width` (3)" in markdown_table()
+    assert "| `echo` | repeats the last tokens | llama.cpp, mlx, torch |" in summary_table()
     path = tmp_path / "models.toml"
     path.write_text("[models.mine]\nembedded = 'p/f.gguf'\n[models.mine.echo]\nwidth = 5\n")
     monkeypatch.setenv("LOCALSPEC_MODELS", str(path))

@@ -1,6 +1,7 @@
 """The drafter table: the one place a drafter is registered. A row names the drafter, says in a line what it
 does, and points at its module's options dataclass and builder; the command line's flags, models.toml's
-tables, the chat's /help and the README's table are derived from it (tests/test_drafter_table.py checks)."""
+tables, the chat's /help, the README's table and docs/drafters.md's are derived from it (tests/test_drafter_table.py
+checks)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,12 @@ class DrafterKind:
 
     def needs_in_words(self) -> str:
         needs = self.drafter.needs
-        words = {"rollback": "cache rollback", "hidden_states": "hidden states", "feature_layers": "chosen layers"}
+        words = {
+            "rollback": "cache rollback",
+            "hidden_states": "hidden states",
+            "feature_layers": "chosen layers",
+            "tree_attention": "tree attention",
+        }
         shown = [text for key, text in words.items() if getattr(needs, key)]
         return ", ".join(shown) or "—"
 
@@ -133,6 +139,8 @@ DRAFTERS: dict[str, DrafterKind] = {
             lookahead.LookaheadDrafter,
             lookahead.LookaheadOptions,
             lookahead.build,
+            "",
+            ("llama.cpp", "torch"),  # its tree needs tree attention, which the MLX backend lacks
         ),
         DrafterKind(
             "random",
@@ -207,8 +215,16 @@ class DrafterSetup:
         return ChainDrafter(*built)
 
 
+def summary_table() -> str:
+    """The README's short drafter table: name, what drafts, backends (tests/test_drafter_table.py keeps the
+    README's copy equal to this)."""
+    lines = ["| `--drafter` | what drafts | backends |", "|---|---|---|"]
+    lines += [f"| `{kind.name}` | {kind.summary} | {', '.join(kind.backends)} |" for kind in DRAFTERS.values()]
+    return "\n".join(lines)
+
+
 def markdown_table() -> str:
-    """The README's drafter table (tests/test_drafter_table.py keeps the README's copy equal to this)."""
+    """docs/drafters.md's drafter table with every option (tests/test_drafter_table.py keeps its copy equal)."""
     lines = [
         "| `--drafter` | what drafts | needs of the backend | its options: flag, models.toml key (default) |",
         "|---|---|---|---|",
@@ -223,5 +239,7 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
-    print(markdown_table())
+if __name__ == "__main__":  # python -m localspec.drafters.table [--short]
+    import sys
+
+    print(summary_table() if "--short" in sys.argv[1:] else markdown_table())

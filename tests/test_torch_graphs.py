@@ -1,4 +1,4 @@
-"""The torch backend's fixed-shape step (backends/torch_graphs.py), run eagerly on CPU: the same rows and
+"""The torch backend's fixed-shape step (backends/torch/graphs.py), run eagerly on CPU: the same rows and
 the same cache as the ordinary step for chains and trees in every bucket, greedy output equal to plain
 decoding with every drafter kind, and the fallbacks. Capture itself runs on a GPU (tests/test_cuda.py)."""
 

@@ -1,4 +1,4 @@
-"""The torch backend checks device memory before it puts anything there (backends/torch_memory.py),
+"""The torch backend checks device memory before it puts anything there (backends/torch/memory.py),
 here on a faked small device: a context cut to what fits, said in the load report, or a refusal naming
 the memory needed and the backend that fits, never an allocation failure."""
 

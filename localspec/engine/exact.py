@@ -11,7 +11,7 @@ decides that position. The margin comes from `localspec calibrate` (cached per m
 build), else the backend's default below.
 
 What the margin cannot do: the single-token step decides over KV rows that windows wrote, which differ slightly
-from plain decoding's, so a near-tie can still flip there (measured: README, "Exactness").
+from plain decoding's, so a near-tie can still flip there (measured: docs/exactness.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Fills the global tree with ~200k tokens of real text (Python standard-library so
 model's tokenizer, cut into answer-sized pieces), then times propose() on contexts taken from other text.
 
     python benchmarks/suffix_speed.py --model smollm2-135m --out benchmarks/results/suffix-speed.json
-    python benchmarks/suffix_speed.py --implementation Python --out benchmarks/results/suffix-speed-smollm2-python-DATE.json
+    python benchmarks/suffix_speed.py --implementation Python --out benchmarks/results/suffix-speed-python.json
 """
 
 from __future__ import annotations

@@ -88,27 +88,43 @@ def import_violations(module: str, tree: ast.AST, known: set[str]) -> list[str]:
     return found
 
 
+def private_read(module: str, node: ast.AST, modules: dict[str, str]) -> str | None:
+    if not (isinstance(node, ast.Attribute) and _private(node.attr)):
+        return None
+    if isinstance(node.value, ast.Name) and modules.get(node.value.id, module) != module:
+        return f"reads the private {modules[node.value.id]}.{node.attr}"
+    if is_backendish(node.value) and not under(module, "localspec.backends"):
+        return f"reads a backend's private {ast.unparse(node)}"
+    return None
+
+
+def backend_getattr(node: ast.AST) -> str | None:
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("getattr", "hasattr")
+        and node.args
+        and is_backendish(node.args[0])
+    ):
+        return f"{node.func.id} on a backend ({ast.unparse(node)})"
+    return None
+
+
+def backend_name_comparison(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Compare):
+        sides = [node.left, *node.comparators]
+        if any(isinstance(s, ast.Attribute) and s.attr == "name" and is_backendish(s.value) for s in sides):
+            return f"compares a backend's name ({ast.unparse(node)})"
+    return None
+
+
 def use_violations(module: str, tree: ast.AST, known: set[str]) -> list[str]:
-    found, modules = [], imported_modules(tree, known)
+    modules = imported_modules(tree, known)
+    found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Name):
-            if node.value.id in modules and modules[node.value.id] != module:
-                found.append(f"{module}:{node.lineno}: reads the private {modules[node.value.id]}.{node.attr}")
-        if isinstance(node, ast.Attribute) and _private(node.attr) and is_backendish(node.value):
-            if not under(module, "localspec.backends"):
-                found.append(f"{module}:{node.lineno}: reads a backend's private {ast.unparse(node)}")
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in ("getattr", "hasattr")
-            and node.args
-            and is_backendish(node.args[0])
-        ):
-            found.append(f"{module}:{node.lineno}: {node.func.id} on a backend ({ast.unparse(node)})")
-        elif isinstance(node, ast.Compare):
-            sides = [node.left, *node.comparators]
-            if any(isinstance(s, ast.Attribute) and s.attr == "name" and is_backendish(s.value) for s in sides):
-                found.append(f"{module}:{node.lineno}: compares a backend's name ({ast.unparse(node)})")
+        for problem in (private_read(module, node, modules), backend_getattr(node), backend_name_comparison(node)):
+            if problem:
+                found.append(f"{module}:{node.lineno}: {problem}")
     return found
 
 

@@ -11,6 +11,26 @@ from localspec.drafters.base import Drafter, DrafterNeeds
 from localspec.drafters.random import RandomDrafter  # noqa: F401  (tests import it from here)
 from localspec.types import Draft, ForwardOut, Verdict
 
+_ROWS: dict[tuple, np.ndarray] = {}
+_Q_ROWS: dict[tuple, np.ndarray] = {}
+
+
+def _frozen(row: np.ndarray) -> np.ndarray:
+    row.setflags(write=False)
+    return row
+
+
+def _row(key: tuple, size: int, scale: float) -> np.ndarray:
+    """normal(size) * scale from a generator seeded by ``key``'s hash (ints only: the same in every process),
+    memoized: the chi-square tests ask for the same few rows hundreds of thousands of times, and seeding a
+    generator per row was most of their time. Read-only, as every caller shares it."""
+    row = _ROWS.get((key, size, scale))
+    if row is None:
+        row = _ROWS[(key, size, scale)] = _frozen(
+            np.random.default_rng(abs(hash(key)) % 2**32).normal(size=size) * scale
+        )
+    return row
+
 
 class ScriptedBackend(Backend):
     """A 'model' whose next-token logits are a fixed pseudo-random function of the last ``order`` tokens.
@@ -38,8 +58,8 @@ class ScriptedBackend(Backend):
         self.model_name = "scripted"
 
     def logits_after(self, context: Sequence[int]) -> np.ndarray:
-        key = (self.seed, *context[-self.order :])
-        return np.random.default_rng(abs(hash(key)) % 2**32).normal(size=self.vocab_size) * self.scale
+        """The row after ``context`` (read-only: rows are computed once per key and shared, see _row)."""
+        return _row((self.seed, *context[-self.order :]), self.vocab_size, self.scale)
 
     def tokenize(self, text: str, special: bool = False) -> list[int]:
         return [ord(c) - ord("a") for c in text]
@@ -145,9 +165,13 @@ class DistributionDrafter(Drafter):
         self.verdicts: list[Verdict] = []
 
     def q_after(self, context) -> np.ndarray:
-        z = np.random.default_rng(abs(hash((self.seed, *context[-2:]))) % 2**32).normal(size=self.vocab_size)
-        e = np.exp(z / self.temperature)
-        return e / e.sum()
+        key = (self.seed, self.vocab_size, self.temperature, *context[-2:])
+        q = _Q_ROWS.get(key)
+        if q is None:
+            z = _row((self.seed, *context[-2:]), self.vocab_size, 1.0)
+            e = np.exp(z / self.temperature)
+            q = _Q_ROWS[key] = _frozen(e / e.sum())
+        return q
 
     def propose(self, context, max_tokens, features=None) -> Draft:
         ctx, tokens, rows = list(context), [], []

@@ -3,6 +3,12 @@
 The scripted backend has known distributions, so the exact probability of every 3-token answer is
 computed from the same sampler and compared with what the engine emits with drafts of 2 tokens (so
 acceptance, rejection at either position, residual sampling and the bonus token all occur).
+
+Sample counts. Each drafter kind runs the chi-square with FULL samples at one setting, the one where its
+canaries (deliberately broken verifiers and drafters, CANARIES) are hardest to see, and with its SMALL count
+at the others: the smallest of 250, 500, 750, 1000, 1500, 2000, 3000 at which every canary of the kind
+fails with p < 1e-6 (the pass mark is p > 1e-3) at each of those settings, measured for seeds 11 to 15.
+test_each_canary_fails_at_the_reduced_count keeps that proven for the seed the tests use.
 """
 
 import itertools
@@ -12,19 +18,37 @@ import pytest
 from fakes import DistributionDrafter, ScriptedBackend, ScriptedTreeBackend, TreeDrafter
 from scipy.stats import chisquare
 
+import localspec.engine.verify as verify
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine.loop import generate
-from localspec.sampling import SamplingParams
+from localspec.sampling import SamplingParams, sample
 
-V, N, SAMPLES, PROMPT = 6, 3, 20_000, [0, 1, 2, 1, 0, 1]
+V, N, FULL, PROMPT = 6, 3, 20_000, [0, 1, 2, 1, 0, 1]
 SETTINGS = [
     SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
     SamplingParams(temperature=0.7, top_k=0, top_p=1.0, min_p=0.0),
     SamplingParams(temperature=1.5, top_k=3, top_p=1.0, min_p=0.0),
     SamplingParams(temperature=1.0, top_k=0, top_p=0.8, min_p=0.05),
 ]
+# kind: (the index in SETTINGS of the setting run with FULL samples, SMALL: the samples at the others)
+PLAN = {
+    "point-mass": (1, 3000),
+    "with-q": (2, 500),
+    "draft-model": (1, 750),
+    "tree": (0, 250),
+    "lookahead": (1, 3000),  # SETTINGS[:3] only: test_lookahead.py
+}
+
+
+def samples_for(kind: str, sampling: SamplingParams) -> int:
+    full, small = PLAN[kind]
+    return FULL if sampling is SETTINGS[full] else small
+
+
+def setting_id(sampling: SamplingParams) -> str:
+    return f"T{sampling.temperature}-k{sampling.top_k}-p{sampling.top_p}"
 
 
 def exact_distribution(backend, sampling):
@@ -50,11 +74,11 @@ def chi_square_p(samples, dist):
     return chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue
 
 
-def sample_answers(backend, make_drafter, sampling, seed):
+def sample_answers(backend, make_drafter, sampling, seed, samples=FULL):
     rng = np.random.default_rng(seed)
     counts = {}
     drafter = make_drafter()
-    for _ in range(SAMPLES):
+    for _ in range(samples):
         out = generate(backend, drafter, PROMPT, sampling, max_tokens=N, draft_tokens=2, rng=rng)
         counts[out.tokens] = counts.get(out.tokens, 0) + 1
     return counts, drafter
@@ -69,31 +93,41 @@ DRAFTERS = {
 }
 
 
-@pytest.mark.parametrize("sampling", SETTINGS, ids=lambda s: f"T{s.temperature}-k{s.top_k}-p{s.top_p}")
+def tree_backend(paths: list):
+    """The scripted target with tree verification; the accepted paths are appended to ``paths``."""
+    backend = ScriptedTreeBackend(vocab_size=V, scale=1.5, seed=3)
+    accept = backend.accept_path
+    backend.accept_path = lambda path: (paths.append(tuple(path)), accept(path))
+    return backend
+
+
+def tree_drafter():
+    return TreeDrafter(ScriptedBackend(vocab_size=V, scale=1.5, seed=4), shape=(3, 2))
+
+
+@pytest.mark.parametrize("sampling", SETTINGS, ids=setting_id)
 @pytest.mark.parametrize("kind", ["point-mass", "with-q", "draft-model"])
 def test_speculative_sampling_matches_target_distribution(sampling, kind):
     backend = ScriptedBackend(vocab_size=V, scale=1.5, seed=3)
-    counts, drafter = sample_answers(backend, DRAFTERS[kind], sampling, seed=11)
+    counts, drafter = sample_answers(backend, DRAFTERS[kind], sampling, seed=11, samples=samples_for(kind, sampling))
     if kind == "with-q":  # make sure drafts were both accepted and rejected at both positions
         assert {v.accepted for v in drafter.verdicts} >= {0, 1, 2}
     assert chi_square_p(counts, exact_distribution(backend, sampling)) > 1e-3
 
 
-@pytest.mark.parametrize("sampling", SETTINGS, ids=lambda s: f"T{s.temperature}-k{s.top_k}-p{s.top_p}")
+@pytest.mark.parametrize("sampling", SETTINGS, ids=setting_id)
 def test_tree_verification_matches_target_distribution(sampling):
     """Trees of point-mass siblings (a draft model's 3 best first tokens, 2 best children each): children
     tried in order against the residual, so later siblings get accepted too, and the output is still
     exactly the target's."""
-    backend = ScriptedTreeBackend(vocab_size=V, scale=1.5, seed=3)
     paths = []
-    accept = backend.accept_path
-    backend.accept_path = lambda path: (paths.append(tuple(path)), accept(path))
-    drafter = lambda: TreeDrafter(ScriptedBackend(vocab_size=V, scale=1.5, seed=4), shape=(3, 2))  # noqa: E731
-    counts, _ = sample_answers(backend, drafter, sampling, seed=11)
+    backend = tree_backend(paths)
+    counts, _ = sample_answers(backend, tree_drafter, sampling, seed=11, samples=samples_for("tree", sampling))
     assert any(p and p[0] > 0 for p in paths) and any(len(p) == 2 for p in paths)  # later siblings, depth 2
     assert chi_square_p(counts, exact_distribution(backend, sampling)) > 1e-3
 
 
+# -- the canaries: the check fails on broken verification, at the counts it runs at ------------------------
 class LyingDrafter(DistributionDrafter):
     """Claims a uniform q while sampling from its real one: verification is then biased."""
 
@@ -102,27 +136,76 @@ class LyingDrafter(DistributionDrafter):
         return type(draft).chain(draft.tokens, None if draft.q is None else np.full_like(draft.q, 1 / V))
 
 
-def test_the_chi_square_check_catches_a_biased_sampler():
-    sampling = SETTINGS[0]
-    backend = ScriptedBackend(vocab_size=V, scale=1.5, seed=3)
-    counts, _ = sample_answers(backend, lambda: LyingDrafter(V, k=2, temperature=0.3), sampling, seed=11)
-    assert chi_square_p(counts, exact_distribution(backend, sampling)) < 1e-6
+def tried_against_the_full_p(draft, kids, ids, p, draws):
+    """verify._point_mass, broken: every sibling tried against the full p (a fresh draw each, instead of one
+    draw of the target's token that at most one sibling can match) over-accepts siblings; on a chain, a
+    rejected token is drawn again from the full p instead of from p without it."""
+    for child in kids:
+        if sample(p, draws, ids) == draft.tokens[child]:
+            return child, None
+    return None, sample(p, draws, ids)
 
 
-def test_the_chi_square_check_catches_siblings_tried_against_the_full_p(monkeypatch):
-    """Trying every sibling against the full p (a fresh draw each, instead of one draw of the target's token
-    that at most one sibling can match) over-accepts siblings: the check sees it."""
-    import localspec.engine.verify as verify
-    from localspec.sampling import sample
+def residual_without_q(ids, p, q, x):
+    """verify._residual, broken: after a rejection the target's token is drawn from p, not norm(max(0, p - q))."""
+    return p
 
-    def tried_against_the_full_p(draft, kids, ids, p, draws):
-        for child in kids:
-            if sample(p, draws, ids) == draft.tokens[child]:
-                return child, None
-        return None, sample(p, draws, ids)
 
-    monkeypatch.setattr(verify, "_point_mass", tried_against_the_full_p)
-    backend = ScriptedTreeBackend(vocab_size=V, scale=1.5, seed=3)
-    drafter = lambda: TreeDrafter(ScriptedBackend(vocab_size=V, scale=1.5, seed=4), shape=(3, 2))  # noqa: E731
-    counts, _ = sample_answers(backend, drafter, SETTINGS[0], seed=11)
-    assert chi_square_p(counts, exact_distribution(backend, SETTINGS[0])) < 1e-6
+# name: (kind, the target (given a list for the accepted tree paths), the drafter, {verify's function: its
+# broken stand-in}, the settings (indices) where the canary is checked at the kind's SMALL count)
+CANARIES = {
+    "lying-q": (
+        "with-q",
+        lambda paths: ScriptedBackend(vocab_size=V, scale=1.5, seed=3),
+        lambda: LyingDrafter(V, k=2, temperature=0.3),
+        {},
+        (0, 1, 3),
+    ),
+    "residual-without-q": (
+        "with-q",
+        lambda paths: ScriptedBackend(vocab_size=V, scale=1.5, seed=3),
+        DRAFTERS["with-q"],
+        {"_residual": residual_without_q},
+        (0, 1, 3),
+    ),
+    "draft-model-residual-without-q": (
+        "draft-model",
+        lambda paths: ScriptedBackend(vocab_size=V, scale=1.5, seed=3),
+        DRAFTERS["draft-model"],
+        {"_residual": residual_without_q},
+        (0, 2, 3),
+    ),
+    "siblings-against-the-full-p": (
+        "tree",
+        tree_backend,
+        tree_drafter,
+        {"_point_mass": tried_against_the_full_p},
+        (1, 2, 3),
+    ),
+    # on the n-gram's chains the same bug only biases where the drafted token has p > 0: not at
+    # T1.5-k3 and top-p 0.8 here, at any count (5000 samples, 5 seeds: p 0.6 to 1.0), so T1.0 alone
+    "chain-redrawn-from-the-full-p": (
+        "point-mass",
+        lambda paths: ScriptedBackend(vocab_size=V, scale=1.5, seed=3),
+        DRAFTERS["point-mass"],
+        {"_point_mass": tried_against_the_full_p},
+        (0,),
+    ),
+}
+
+
+def assert_canary_fails(kind, make_backend, make_drafter, broken, settings, monkeypatch):
+    """The chi-square check rejects the canary (p < 1e-6) at ``kind``'s SMALL count at each of ``settings``."""
+    for name, stand_in in broken.items():
+        monkeypatch.setattr(verify, name, stand_in)
+    for i in settings:
+        assert i != PLAN[kind][0], "the FULL setting needs no proof: it has the most samples"
+        backend = make_backend([])
+        counts, _ = sample_answers(backend, make_drafter, SETTINGS[i], seed=11, samples=PLAN[kind][1])
+        p = chi_square_p(counts, exact_distribution(backend, SETTINGS[i]))
+        assert p < 1e-6, (setting_id(SETTINGS[i]), PLAN[kind][1], p)
+
+
+@pytest.mark.parametrize("canary", list(CANARIES))
+def test_each_canary_fails_at_the_reduced_count(canary, monkeypatch):
+    assert_canary_fails(*CANARIES[canary], monkeypatch)

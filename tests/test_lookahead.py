@@ -4,7 +4,17 @@ chi-square at T > 0 on scripted models, greedy on a tiny torch model), and the w
 import numpy as np
 import pytest
 from fakes import ScriptedTreeBackend
-from test_distribution import SETTINGS, chi_square_p, exact_distribution, sample_answers
+from test_distribution import (
+    SETTINGS,
+    assert_canary_fails,
+    chi_square_p,
+    exact_distribution,
+    sample_answers,
+    samples_for,
+    setting_id,
+    tree_backend,
+    tried_against_the_full_p,
+)
 
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.lookahead.drafter import LookaheadDrafter, LookaheadOptions, NgramPool, prefix_tree
@@ -95,18 +105,29 @@ def test_a_window_of_random_guesses_with_no_pool_accepts_next_to_nothing():
     assert out.stats.accepted < 5
 
 
-@pytest.mark.parametrize("sampling", SETTINGS[:3], ids=lambda s: f"T{s.temperature}-k{s.top_k}")
+def lookahead_drafter():
+    return LookaheadDrafter(LookaheadOptions(window=2, ngram=2, guesses=3), seed=4)
+
+
+@pytest.mark.parametrize("sampling", SETTINGS[:3], ids=setting_id)
 def test_sampling_keeps_the_targets_distribution(sampling):
     """Point-mass siblings from the pool and the window at every depth: verified against the residual, the
     three-token answers are distributed as the target's own."""
-    backend = ScriptedTreeBackend(vocab_size=6, scale=1.5, seed=3)
     paths = []
-    accept = backend.accept_path
-    backend.accept_path = lambda path: (paths.append(tuple(path)), accept(path))
-    make = lambda: LookaheadDrafter(LookaheadOptions(window=2, ngram=2, guesses=3), seed=4)  # noqa: E731
-    counts, _ = sample_answers(backend, make, sampling, seed=11)
+    backend = tree_backend(paths)
+    counts, _ = sample_answers(
+        backend, lookahead_drafter, sampling, seed=11, samples=samples_for("lookahead", sampling)
+    )
     assert any(p and p[0] > 0 for p in paths)  # a sibling other than the first was accepted
     assert chi_square_p(counts, exact_distribution(backend, sampling)) > 1e-3
+
+
+def test_the_check_catches_siblings_tried_against_the_full_p_at_the_reduced_count(monkeypatch):
+    """The canary of the test above (test_distribution.py's, on lookahead's trees): at the settings it runs
+    with fewer samples, the chi-square check rejects siblings each tried against the full p."""
+    assert_canary_fails(
+        "lookahead", tree_backend, lookahead_drafter, {"_point_mass": tried_against_the_full_p}, (0, 2), monkeypatch
+    )
 
 
 def test_the_controller_verifies_a_whole_draft_whole_or_not_at_all():

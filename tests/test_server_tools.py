@@ -366,14 +366,15 @@ def test_check_tools_errors(tools, choice, field, words):
     assert isinstance(caught.value, ValueError)
 
 
-def test_module_imports_only_the_stdlib():
+@pytest.mark.parametrize("module", ["localspec.apps.server.tools", "localspec.chat.answers"])
+def test_the_tool_modules_import_only_the_stdlib_and_the_answer_parser(module):
     import ast
+    import importlib
     import sys
     from pathlib import Path
 
-    import localspec.apps.server.tools as tools
-
-    tree = ast.parse(Path(tools.__file__).read_text(encoding="utf-8"))
+    tree = ast.parse(Path(importlib.import_module(module).__file__).read_text(encoding="utf-8"))
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported and all(name.split(".")[0] in sys.stdlib_module_names | {"__future__"} for name in imported)
+    allowed = sys.stdlib_module_names | {"__future__"}
+    assert imported and all(name.split(".")[0] in allowed or name == "localspec.chat.answers" for name in imported)

@@ -73,6 +73,10 @@ def test_chats_and_caches_follow_the_variables(tmp_path, monkeypatch):
     assert user_models_file() == tmp_path / "cfg" / "models.toml"
 
 
+PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+DEPENDENCIES = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]  # numpy, llama_cpp, ...
+
+
 def build_wheel(tmp_path: Path, **env) -> Path:
     """localspec's wheel, built from a copy of this checkout's sources (never its compiled leftovers)."""
     src = tmp_path / "src"
@@ -90,10 +94,6 @@ def build_wheel(tmp_path: Path, **env) -> Path:
     assert done.returncode == 0, done.stderr[-2000:]
     (wheel,) = (tmp_path / "wheels").glob("localspec-*.whl")
     return wheel
-
-
-PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-DEPENDENCIES = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]  # numpy, llama_cpp, ...
 
 
 def test_localspec_installs_and_drafts_without_a_c_compiler(tmp_path):

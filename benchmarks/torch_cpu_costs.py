@@ -17,7 +17,7 @@ import numpy as np
 
 from localspec.backends.torch.backend import TorchBackend
 from localspec.drafters.eagle.drafter import EagleDrafter
-from localspec.types import Features
+from localspec.types import Features, Step
 
 TEXT = "Explain how a hash table works. It maps keys to values using a hash function. " * 4
 
@@ -58,7 +58,8 @@ def main() -> None:
             drafter = EagleDrafter(backend, args.eagle_head, tree_nodes=12)
             drafter.begin(tokens)
             backend.truncate(0)
-            drafter.feed(tokens, Features(0, backend.prefill_features(tokens[:-1])))
+            drafter.observe(Step(tokens, features=Features(0, backend.prefill_features(tokens[:-1]))))
+            drafter._catch_up()  # the head takes the prompt's features (a proposal would do it first)
             head = drafter.head
             report["eagle"] = {
                 "score_vocab_ms": ms(lambda head=head, drafter=drafter: head.logits(drafter._last)),

@@ -21,9 +21,9 @@ from localspec.engine.baseline import PlainBaseline
 from localspec.engine.exact import exact_mode
 from localspec.engine.loop import stream_generate
 from localspec.engine.speclen import AdaptiveK, FixedK, make_policy
+from localspec.engine.stats import TokenEvent
 from localspec.errors import ConfigError, LocalspecError
 from localspec.sampling import SamplingParams
-from localspec.types import TokenEvent
 
 
 def thinking_options(backend: Backend, model: str, think: bool | None) -> dict:

@@ -1,18 +1,15 @@
-"""Small immutable records passed between the engine, backends, drafters and the UI."""
+"""Small records passed between the engine, backends, drafters and the UI: immutable, but for ``Step``, which
+the engine fills in as a step goes."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from itertools import accumulate
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from localspec.rows import Rows, as_rows
-
-if TYPE_CHECKING:
-    from localspec.engine.stats import TurnStats
 
 
 @dataclass(frozen=True)
@@ -28,6 +25,9 @@ class Draft:
     not. ``None``: the drafter says nothing (every token is judged by its position alone).
     ``whole``: the tree is verified whole or not at all (a lookahead window, whose side branches pay in
     later steps); the controller judges it by its main chain at the cost of all its tokens.
+    ``catchup_s``: of the time the proposal took, the seconds the drafter spent catching up on the context
+    rather than drafting (a draft model after steps without drafting, a head taking several positions'
+    features); the controller leaves them out of what drafting costs.
     """
 
     tokens: tuple[int, ...] = ()
@@ -35,6 +35,7 @@ class Draft:
     q: np.ndarray | None = None
     confidence: tuple[float, ...] | None = None
     whole: bool = False
+    catchup_s: float = 0.0
 
     def __post_init__(self) -> None:
         if len(self.parents) != len(self.tokens):
@@ -52,6 +53,10 @@ class Draft:
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    def with_catchup(self, seconds: float) -> Draft:
+        """This draft, ``seconds`` of its proposal spent catching up (see ``catchup_s``)."""
+        return replace(self, catchup_s=seconds) if seconds else self
 
     def token_confidence(self) -> tuple[float, ...] | None:
         """The drafter's confidence in each token: its own, else q of the drafted token, else None."""
@@ -92,6 +97,7 @@ class Draft:
             None if self.q is None else self.q[:n],
             None if self.confidence is None else self.confidence[:n],
             self.whole,
+            self.catchup_s,
         )
 
     def sizes(self, top: int) -> list[int]:
@@ -160,24 +166,59 @@ class ForwardOut:
 class Features:
     """The target's features (hidden states of its feature layers, concatenated per token) of context
     positions ``start``, ``start + 1``, ...: one row of ``rows`` each. The engine hands them to a drafter
-    that needs hidden states (EAGLE) after the prefill and after every verified step."""
+    that needs hidden states (EAGLE) in its step records (``Step.features``): the prompt's after the prefill,
+    then those of the positions every step cached."""
 
     start: int
     rows: np.ndarray
 
 
-@dataclass(frozen=True)
-class TokenEvent:
-    """What one engine step emitted. ``from_draft`` counts the leading tokens that came from accepted
-    drafts and ``draft_chars`` the leading characters of ``text`` they make; ``finish_reason`` is set on
-    the last event of a turn (stop, length, context)."""
+@dataclass(slots=True)
+class Step:
+    """One engine step, as it went: the one record the drafter observes (``Drafter.observe``) and the
+    controller (speclen), the turn's stats and the plain-speed baseline record. The engine fills it in as the
+    step goes (plan, propose, verify, accept, emit); the drafter sees it after the emit, before ``end``. A
+    record of ``features`` alone hands a feature-fed drafter the prompt's features after the prefill.
 
-    tokens: tuple[int, ...]
-    text: str
-    from_draft: int
-    stats: TurnStats = field(repr=False)
-    finish_reason: str | None = None
-    draft_chars: int = 0
+    Times are ``time.perf_counter`` readings."""
+
+    context: list[int]  # the turn's context with this step's tokens (the engine's own list: it grows on)
+    since: float = 0.0  # when the step before ended (or the prefill): a plain step's wall time counts from here
+    start: float = 0.0  # the step began: the controller plans
+    planned: float = 0.0  # it asked the drafter for so many tokens
+    proposed: float = 0.0  # the drafter proposed
+    verified: float = 0.0  # the target verified the window and its cache kept what the verdict decided
+    end: float = 0.0  # the tokens were emitted and the drafter observed them
+    catchup_s: float = 0.0  # of the proposal's time, what the drafter spent catching up (Draft.catchup_s)
+    draft: Draft = EMPTY_DRAFT  # the window's draft tokens as verified (after the controller's and the room's cuts)
+    judged: int = 0  # the depth the controller judged the window by (a tree's depth, a whole draft's main chain)
+    verdict: Verdict | None = None  # what verification decided (None: a record of features only)
+    emitted: Sequence[int] = ()  # the tokens the step emitted: the verdict's, up to an end, a stop or the length
+    accepted: int = 0  # how many of them came from the draft
+    outputs: np.ndarray | None = None  # the target's argmax after the pending token and each draft node (needs.outputs)
+    features: Features | None = None  # the target's features of the positions this step cached (needs.hidden_states)
+    gap: float | None = None  # the exact guard's top-1/top-2 gap of the row it held back (None: it held none)
+    forced: bool = False  # a single-token step the exact guard forced (it held a row back the step before)
+
+    @property
+    def drafting_s(self) -> float:
+        """What drafting cost: planning and proposing, less a one-off catch-up."""
+        return self.proposed - self.start - self.catchup_s
+
+    @property
+    def verify_s(self) -> float:
+        """The target's forward, verification and the cache's cut."""
+        return self.verified - self.proposed
+
+    @property
+    def step_s(self) -> float:
+        """The whole step, less a one-off catch-up."""
+        return self.end - self.start - self.catchup_s
+
+    def undrafted(self) -> Step:
+        """The step as a drafter that did not draft it sees it (a chain's other member): the same tokens
+        emitted and features, no draft."""
+        return replace(self, draft=EMPTY_DRAFT, judged=0, verdict=None, accepted=0, outputs=None)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

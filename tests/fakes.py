@@ -9,7 +9,7 @@ import numpy as np
 from localspec.backends.base import Backend, Capabilities
 from localspec.drafters.base import Drafter, DrafterNeeds
 from localspec.drafters.random import RandomDrafter  # noqa: F401  (tests import it from here)
-from localspec.types import Draft, ForwardOut, Verdict
+from localspec.types import Draft, ForwardOut, Step, Verdict
 
 _ROWS: dict[tuple, np.ndarray] = {}
 _Q_ROWS: dict[tuple, np.ndarray] = {}
@@ -115,7 +115,7 @@ class OracleDrafter(Drafter):
     def __init__(self, reference: Sequence[int], prompt_len: int, vocab_size: int, right: int | None = None) -> None:
         self.reference, self.prompt_len, self.vocab_size, self.right = list(reference), prompt_len, vocab_size, right
 
-    def propose(self, context, max_tokens, features=None) -> Draft:
+    def propose(self, context, max_tokens) -> Draft:
         done = len(context) - self.prompt_len
         truth = self.reference[done : done + max_tokens]
         n_right = len(truth) if self.right is None else min(self.right, len(truth))
@@ -138,7 +138,7 @@ class OracleTreeDrafter(Drafter):
     def _wrong(self, truth: int) -> int:
         return (truth + 1 + int(self.rng.integers(self.vocab_size - 1))) % self.vocab_size
 
-    def propose(self, context, max_tokens, features=None) -> Draft:
+    def propose(self, context, max_tokens) -> Draft:
         done = len(context) - self.prompt_len
         tokens, parents, right, wrongs = [], [], -1, []
         for truth in self.reference[done : done + max_tokens]:
@@ -162,7 +162,7 @@ class DistributionDrafter(Drafter):
     def __init__(self, vocab_size: int, k: int, seed: int = 1, temperature: float = 1.5) -> None:
         self.vocab_size, self.k, self.seed, self.temperature = vocab_size, k, seed, temperature
         self.rng = np.random.default_rng(seed + 1000)
-        self.verdicts: list[Verdict] = []
+        self.steps: list[Step] = []
 
     def q_after(self, context) -> np.ndarray:
         key = (self.seed, self.vocab_size, self.temperature, *context[-2:])
@@ -173,7 +173,7 @@ class DistributionDrafter(Drafter):
             q = _Q_ROWS[key] = _frozen(e / e.sum())
         return q
 
-    def propose(self, context, max_tokens, features=None) -> Draft:
+    def propose(self, context, max_tokens) -> Draft:
         ctx, tokens, rows = list(context), [], []
         for _ in range(min(self.k, max_tokens)):
             q = self.q_after(ctx)
@@ -183,8 +183,8 @@ class DistributionDrafter(Drafter):
             ctx.append(t)
         return Draft.chain(tokens, np.array(rows) if rows else None)
 
-    def observe(self, verdict: Verdict) -> None:
-        self.verdicts.append(verdict)
+    def observe(self, step: Step) -> None:
+        self.steps.append(step)
 
 
 class TreeDrafter(Drafter):
@@ -197,7 +197,7 @@ class TreeDrafter(Drafter):
     def __init__(self, model: ScriptedBackend, shape=(3, 2)) -> None:
         self.model, self.shape = model, shape
 
-    def propose(self, context, max_tokens, features=None) -> Draft:
+    def propose(self, context, max_tokens) -> Draft:
         tokens, parents, branches, level = [], [], {-1: []}, [-1]
         for width in self.shape[:max_tokens]:
             nxt = []
@@ -210,6 +210,30 @@ class TreeDrafter(Drafter):
                     nxt.append(len(tokens) - 1)
             level = nxt
         return Draft(tuple(tokens), tuple(parents))
+
+
+def step_of(verified, accepted, emitted, draft_s=0.0, verify_s=0.0, step_s=0.0, *, window=None, tree=False) -> Step:
+    """A step record as the engine makes one, for the controller: ``verified`` draft tokens judged (a tree: its
+    depth), ``accepted`` of them passed, ``emitted`` output; the forward took ``window`` positions (default
+    verified + 1), a tree's when ``tree``; drafting, verifying and the whole step took so many seconds."""
+    n = (window or verified + 1) - 1
+    parents = tuple(range(-1, verified - 1)) + (-1,) * (n - verified) if tree else tuple(range(-1, n - 1))
+    return Step(
+        list(emitted),
+        proposed=draft_s,
+        verified=draft_s + verify_s,
+        end=step_s,
+        draft=Draft((0,) * n, parents),
+        judged=verified,
+        verdict=Verdict(verified, accepted, tuple(emitted)),
+        emitted=list(emitted),
+        accepted=min(accepted, len(emitted)),
+    )
+
+
+def plain_step(context_len: int, seconds: float) -> Step:
+    """A plain step (no draft) at a context of ``context_len`` tokens that took ``seconds``."""
+    return Step([0] * (context_len + 1), end=seconds, emitted=[0], verdict=Verdict(0, 0, (0,)))
 
 
 class VirtualClock:

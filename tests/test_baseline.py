@@ -2,7 +2,7 @@
 once there are enough of them, and never above what the tokens per step allow."""
 
 import pytest
-from fakes import OracleDrafter, ScriptedBackend, TimedBackend
+from fakes import OracleDrafter, ScriptedBackend, TimedBackend, plain_step
 
 from localspec.drafters.base import NoDrafter
 from localspec.engine.baseline import EPS, MIN_STEPS, PlainBaseline, speedup
@@ -16,20 +16,20 @@ GREEDY = SamplingParams(temperature=0)
 def test_no_baseline_until_enough_plain_steps_near_this_context_length(virtual_clock):
     plain = PlainBaseline()
     for i in range(MIN_STEPS - 1):
-        plain.record(100 + i, 0.01)
+        plain.record(plain_step(100 + i, 0.01))
     assert plain.at(110) is None
-    plain.record(115, 0.5)  # one stray slow step
+    plain.record(plain_step(115, 0.5))  # one stray slow step
     assert plain.at(110).steps == MIN_STEPS and plain.at(110).tok_s == pytest.approx(100.0)  # left out
     assert plain.at(200) is None  # steps at 100-115 say nothing about a context twice as long
     for _ in range(MIN_STEPS):
-        plain.record(200, 0.02)
+        plain.record(plain_step(200, 0.02))
     assert plain.at(210).tok_s == pytest.approx(50.0) and plain.at(210).steps == MIN_STEPS
 
 
 def test_the_speedup_is_capped_by_the_tokens_per_step():
     fake = PlainBaseline()
     for _ in range(MIN_STEPS):
-        fake.record(10, 1.0)  # a plain step that took a second: a busy machine
+        fake.record(plain_step(10, 1.0))  # a plain step that took a second: a busy machine
     assert speedup(50.0, 2.0, fake.at(10)) == pytest.approx(2.0 * (1 + EPS))
     assert speedup(1.5, 2.0, fake.at(10)) == pytest.approx(1.5)
     assert speedup(50.0, 2.0, None) is None
@@ -40,7 +40,7 @@ class EveryOther(OracleDrafter):
 
     calls = 0
 
-    def propose(self, context, max_tokens, features=None):
+    def propose(self, context, max_tokens):
         self.calls += 1
         return super().propose(context, max_tokens) if self.calls % 2 else EMPTY_DRAFT
 

@@ -99,16 +99,17 @@ def test_each_repeat_starts_cold_and_no_case_meets_its_own_answer(tmp_path, monk
     seen = []  # (case, origins of the answers in the drafter's global cache, tokens in its global tree)
     begin, end = SuffixDrafter.begin, SuffixDrafter.end
 
-    def spy_begin(self, prompt):
+    def spy_begin(self, prompt, turn):
         self._case = case_of[tuple(prompt)]
         seen.append((self._case, [origin[a] for a in self.store.answers], self.global_tree.n_tokens))
-        begin(self, prompt)
+        return begin(self, prompt, turn)
 
     def spy_end(self):
         before = set(self.store.answers)
-        end(self)
+        figures = end(self)
         for answer in set(self.store.answers) - before:
             origin[answer] = self._case
+        return figures
 
     monkeypatch.setattr(SuffixDrafter, "begin", spy_begin)
     monkeypatch.setattr(SuffixDrafter, "end", spy_end)

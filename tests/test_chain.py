@@ -1,13 +1,13 @@
 """Drafter chains (COPY+MODEL): on a simulated machine the controller verifies the copy drafter's proposal
 where the text repeats and asks the model drafter on new text; the output stays the target's; each member
-sees the verdicts of its own drafts only; the names are checked."""
+sees the records of its own drafts only; the names are checked."""
 
 import numpy as np
 import pytest
 from fakes import ScriptedBackend, TimedBackend
 from test_draft_model import GPU_SHAPE, machine
 
-from localspec.drafters.base import Drafter, NoDrafter
+from localspec.drafters.base import DEFAULT_TURN, Costs, Drafter, NoDrafter, Turn
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.table import DrafterSetup, chain_members
@@ -15,7 +15,7 @@ from localspec.engine.loop import generate
 from localspec.engine.speclen import AdaptiveK, FixedK
 from localspec.errors import ConfigError
 from localspec.sampling import SamplingParams
-from localspec.types import Draft, Verdict
+from localspec.types import Draft, Features, Step
 
 GREEDY = SamplingParams(temperature=0)
 V = 16
@@ -33,7 +33,7 @@ class SpanCopyDrafter(Drafter):
         self.reference = list(reference)
         self.steps: list[tuple[int, int, int]] = []  # (answer position, tokens it drafted (0: none), emitted)
 
-    def propose(self, context, max_tokens, features=None) -> Draft:
+    def propose(self, context, max_tokens) -> Draft:
         done = len(context) - len(PROMPT)
         for start, end in COPY_SPANS:
             if start <= done < end:
@@ -41,12 +41,12 @@ class SpanCopyDrafter(Drafter):
                 return Draft.chain(tokens, confidence=tuple([0.97] * len(tokens)))
         return Draft()
 
-    def begin(self, prompt):
+    def begin(self, prompt, turn=DEFAULT_TURN):
         self._done = 0
 
-    def observe(self, verdict: Verdict) -> None:
-        self.steps.append((self._done, verdict.drafted, len(verdict.tokens)))
-        self._done += len(verdict.tokens)
+    def observe(self, step: Step) -> None:
+        self.steps.append((self._done, len(step.draft), len(step.emitted)))
+        self._done += len(step.emitted)
 
 
 class NoisyDraft(TimedBackend):
@@ -110,14 +110,17 @@ def test_at_a_fixed_k_the_chain_takes_the_copy_whenever_there_is_one(virtual_clo
 
 
 class Recorder(Drafter):
-    def __init__(self, name, draft):
-        self.name, self.draft_, self.verdicts = name, draft, []
+    def __init__(self, name, draft, per_token=0.0):
+        self.name, self.draft_, self.per_token, self.seen = name, draft, per_token, []
 
-    def propose(self, context, max_tokens, features=None):
+    def propose(self, context, max_tokens):
         return self.draft_
 
-    def observe(self, verdict):
-        self.verdicts.append(verdict)
+    def observe(self, step):
+        self.seen.append((len(step.draft), step.accepted, tuple(step.emitted), step.features))
+
+    def costs(self, context):
+        return Costs(self.per_token, 0.0)
 
 
 class Pick:
@@ -133,30 +136,40 @@ class Pick:
         return self.script.pop(0)
 
 
-def test_each_member_sees_its_own_verdicts_and_the_others_as_undrafted_steps():
-    copy, model = Recorder("c", Draft.chain([1, 2, 3])), Recorder("m", Draft.chain([4, 5]))
-    model.cost_per_token = 0.02
+def emitted(context, draft, accepted, tokens):
+    """The record of a step that verified ``draft``, accepted ``accepted`` of it and emitted ``tokens``."""
+    context.extend(tokens)
+    features = Features(len(context) - len(tokens) - 1, np.zeros((accepted + 1, 2)))
+    return Step(context, draft=draft, accepted=accepted, emitted=list(tokens), features=features)
+
+
+def test_each_member_sees_its_own_steps_and_the_others_as_undrafted_steps():
+    copy, model = Recorder("c", Draft.chain([1, 2, 3])), Recorder("m", Draft.chain([4, 5]), per_token=0.02)
     chain = ChainDrafter(copy, model)
     policy = Pick([0, 2])
-    chain.bind(policy)
+    chain.begin([0], Turn(policy=policy))
     assert policy.hint == 0.02 and chain.name == "c+m"
-    assert chain.propose([0], 4).tokens == (1, 2, 3)
-    chain.observe(Verdict(3, 2, (1, 2, 9)))
-    assert chain.propose([0, 1, 2, 9], 4).tokens == (4, 5)
-    chain.observe(Verdict(2, 2, (4, 5, 6)))
-    assert copy.verdicts == [Verdict(3, 2, (1, 2, 9)), Verdict(0, 0, (4, 5, 6))]
-    assert model.verdicts == [Verdict(0, 0, (1, 2, 9)), Verdict(2, 2, (4, 5, 6))]
+    context = [0]
+    first = chain.propose(context, 4)
+    assert first.tokens == (1, 2, 3)
+    step = emitted(context, first, 2, (1, 2, 9))
+    chain.observe(step)
+    second = chain.propose(context, 4)
+    assert second.tokens == (4, 5)
+    later = emitted(context, second, 2, (4, 5, 6))
+    chain.observe(later)
+    assert copy.seen == [(3, 2, (1, 2, 9), step.features), (0, 0, (4, 5, 6), later.features)]
+    assert model.seen == [(0, 0, (1, 2, 9), step.features), (2, 2, (4, 5, 6), later.features)]
 
 
 def test_a_draft_model_in_a_chain_keeps_its_sync_point_on_copied_steps():
     draft = ScriptedBackend(vocab_size=V, seed=3)
     model = DraftModelDrafter(draft, V, V, seed=1)
     chain = ChainDrafter(Recorder("c", Draft.chain([1, 2])), model)
-    chain.bind(Pick([0]))
-    chain.begin([5, 6, 7])
-    chain.propose([5, 6, 7], 4)
-    chain.observe(Verdict(2, 2, (1, 2, 3)))
-    assert model.catchup_estimate([5, 6, 7, 1, 2, 3]) > 0, "the copied tokens are not in the draft cache"
+    context = [5, 6, 7]
+    chain.begin(context, Turn(policy=Pick([0])))
+    chain.observe(emitted(context, chain.propose(context, 4), 2, (1, 2, 3)))
+    assert model.costs(context).catchup_s > 0, "the copied tokens are not in the draft cache"
 
 
 def test_chain_names():

@@ -4,7 +4,7 @@ a damaged file ignored with a warning."""
 import json
 from dataclasses import replace
 
-from fakes import ScriptedBackend
+from fakes import ScriptedBackend, step_of
 
 from localspec.chat.conversation import Conversation
 from localspec.cost_cache import CostCache
@@ -41,7 +41,7 @@ def test_loaded_costs_count_as_measured_but_yield_to_new_timings():
     ctl.load_costs(COSTS)
     assert ctl.verify_cost(9) == 0.3 and ctl.figures()["costs_loaded"] == 2
     for _ in range(10):  # the machine is slower now (another process, a different power state)
-        ctl.record(8, 8, list(range(9)), 0.0, 0.6, 0.6)
+        ctl.record(step_of(8, 8, list(range(9)), 0.0, 0.6, 0.6))
     assert ctl.verify_cost(9) > 0.55
 
 
@@ -74,9 +74,9 @@ def test_a_session_saves_its_curve_after_each_turn_and_the_next_one_starts_from_
 def test_a_curve_saved_on_a_busier_machine_is_rescaled_by_the_first_new_timing():
     ctl = AdaptiveK()
     ctl.load_costs({"verify_s": {"1": 0.10, "9": 0.60, "17": 0.80}, "count": {"1": 9, "9": 9, "17": 9}})
-    ctl.record(0, 0, [1], 0.0, 0.05, 0.05)  # one step now takes half what it took then
+    ctl.record(step_of(0, 0, [1], 0.0, 0.05, 0.05))  # one step now takes half what it took then
     assert abs(ctl.verify_cost(17) - 0.40) < 1e-9 and abs(ctl.verify_cost(9) - 0.30) < 1e-9
-    ctl.record(0, 0, [1], 0.0, 0.05, 0.05)
+    ctl.record(step_of(0, 0, [1], 0.0, 0.05, 0.05))
     assert abs(ctl.verify_cost(17) - 0.40) < 1e-9  # once: later timings only move their own size
 
 

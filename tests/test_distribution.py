@@ -111,7 +111,7 @@ def test_speculative_sampling_matches_target_distribution(sampling, kind):
     backend = ScriptedBackend(vocab_size=V, scale=1.5, seed=3)
     counts, drafter = sample_answers(backend, DRAFTERS[kind], sampling, seed=11, samples=samples_for(kind, sampling))
     if kind == "with-q":  # make sure drafts were both accepted and rejected at both positions
-        assert {v.accepted for v in drafter.verdicts} >= {0, 1, 2}
+        assert {step.accepted for step in drafter.steps} >= {0, 1, 2}
     assert chi_square_p(counts, exact_distribution(backend, sampling)) > 1e-3
 
 
@@ -131,7 +131,7 @@ def test_tree_verification_matches_target_distribution(sampling):
 class LyingDrafter(DistributionDrafter):
     """Claims a uniform q while sampling from its real one: verification is then biased."""
 
-    def propose(self, context, max_tokens, features=None):
+    def propose(self, context, max_tokens):
         draft = super().propose(context, max_tokens)
         return type(draft).chain(draft.tokens, None if draft.q is None else np.full_like(draft.q, 1 / V))
 

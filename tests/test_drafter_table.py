@@ -131,7 +131,7 @@ class EchoDrafter(Drafter):
     def __init__(self, width: int) -> None:
         self.width = width
 
-    def propose(self, context, max_tokens, features=None) -> Draft:
+    def propose(self, context, max_tokens) -> Draft:
         return Draft.chain(list(context[-self.width :])[:max_tokens])
 
 

@@ -102,7 +102,7 @@ class ExplodingDrafter(Drafter):
     def __init__(self, after):
         self.after, self.calls = after, 0
 
-    def propose(self, context, max_tokens, features=None):
+    def propose(self, context, max_tokens):
         self.calls += 1
         if self.calls > self.after:
             raise KeyboardInterrupt

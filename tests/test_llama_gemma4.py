@@ -42,9 +42,10 @@ def test_a_hidden_reading_assistant_gets_the_targets_row_of_the_position_before(
     target, drafter = pair(tmp_path, "identity", "hidden")
     pairs, propose = [], drafter.propose
 
-    def recording(context, max_tokens, features=None):
-        draft = propose(context, max_tokens, features)
-        pairs.append((context[-1], draft.tokens[0]))
+    def recording(context, max_tokens):
+        draft = propose(context, max_tokens)
+        if draft.tokens:
+            pairs.append((context[-1], draft.tokens[0]))
         return draft
 
     drafter.propose = recording

@@ -83,9 +83,10 @@ def test_a_hidden_reading_block_gets_the_targets_row_of_the_position_before(tmp_
         pairs = []
         propose = drafter.propose
 
-        def recording(context, max_tokens, features=None):
-            draft = propose(context, max_tokens, features)
-            pairs.append((context[-1], draft.tokens[0]))
+        def recording(context, max_tokens):
+            draft = propose(context, max_tokens)
+            if draft.tokens:
+                pairs.append((context[-1], draft.tokens[0]))
             return draft
 
         drafter.propose = recording
@@ -187,7 +188,7 @@ def test_the_mtp_layers_cache_is_saved_and_loaded_with_the_servers_conversation_
     def turns(backend, switch: bool):
         drafter = build(backend, None, DrafterContext(seed=0))
         drafts, propose = [], drafter.propose
-        drafter.propose = lambda c, k, f=None: drafts.append(propose(c, k, f)) or drafts[-1]
+        drafter.propose = lambda c, k: drafts.append(propose(c, k)) or drafts[-1]
         states = PromptStates(backend, budget_bytes=1 << 30)
         a = backend.tokenize("the quick brown fox jumps over the lazy dog and the cat sat on the mat " * 2)
         b = backend.tokenize("an entirely different conversation about ships, sails and the open sea " * 2)

@@ -32,8 +32,8 @@ def drafts_of(drafter):
     """Record every draft the drafter makes."""
     drafts, propose = [], drafter.propose
 
-    def recording(context, max_tokens, features=None):
-        draft = propose(context, max_tokens, features)
+    def recording(context, max_tokens):
+        draft = propose(context, max_tokens)
         drafts.append(draft.tokens)
         return draft
 
@@ -111,8 +111,8 @@ def test_every_layers_cache_matches_a_fresh_one_over_turns_with_cuts(tmp_path_fa
         drafter = build(backend, None, DrafterContext(seed=0))
         compared, propose = [], drafter.propose
 
-        def comparing(context, max_tokens, features=None):
-            draft = propose(context, max_tokens, features)  # feeds the new positions, then drafts
+        def comparing(context, max_tokens):
+            draft = propose(context, max_tokens)  # feeds the new positions, then drafts
             if len(context) > len(prompt) + 40 and not compared:
                 pos, rows = len(context) - 1, drafter._rows
                 zero = np.zeros(backend.hidden_size, np.float32)

@@ -3,7 +3,7 @@ chi-square at T > 0 on scripted models, greedy on a tiny torch model), and the w
 
 import numpy as np
 import pytest
-from fakes import ScriptedTreeBackend
+from fakes import ScriptedTreeBackend, step_of
 from test_distribution import (
     SETTINGS,
     assert_canary_fails,
@@ -100,7 +100,7 @@ def test_a_window_of_random_guesses_with_no_pool_accepts_next_to_nothing():
     keeps its random guesses and the answer comes from plain steps. So acceptance above is the method's."""
     backend = ScriptedTreeBackend(vocab_size=50, order=2, scale=3.0, seed=3)
     drafter = LookaheadDrafter(LookaheadOptions(window=4, ngram=3, guesses=3, context=False), seed=1)
-    drafter.see_outputs = lambda draft, argmax: None
+    drafter._iterate = lambda draft, argmax: None
     out = generate(backend, drafter, [1, 2, 3, 4, 5], GREEDY, max_tokens=80, draft_tokens=8)
     assert out.stats.accepted < 5
 
@@ -142,7 +142,7 @@ def test_the_controller_verifies_a_whole_draft_whole_or_not_at_all():
     assert policy.trim(main, 0.0, [0, 20, 20]) == 0  # its main chain cannot pay for the whole tree
     assert policy.trim(main, 0.0, [0, 3, 3]) == 2  # the same chain on a cheap tree: verified
     chain = policy.cost.verify(9)
-    policy.record(2, 2, [1, 2, 3], 0.0, 0.5, 0.5, window=9, tree=True)  # a tree of 9 tokens took 0.5 s
+    policy.record(step_of(2, 2, [1, 2, 3], 0.0, 0.5, 0.5, window=9, tree=True))  # a tree of 9 tokens took 0.5 s
     assert policy.cost.verify(9) == chain  # the chain curve is not a tree's
     assert policy.cost.figures()["tree_cost_factor"] == pytest.approx(0.5 / chain, abs=0.01)
     assert policy.trim(main, 0.0, [0, 3, 3]) == 0  # trees are dear on this machine: the same tree is not verified

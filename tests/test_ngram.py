@@ -37,7 +37,7 @@ def test_matches_brute_force_while_the_context_grows(seed):
         assert list(draft.tokens) == tokens, end
         assert draft.confidence == ((match_confidence(length),) * len(tokens) if tokens else None), end
         lengths += [length] if tokens else []
-    assert drafter.figures()["mean_match_len"] == round(sum(lengths) / len(lengths), 2)
+    assert drafter.end()["mean_match_len"] == round(sum(lengths) / len(lengths), 2)
 
 
 def test_a_long_copy_is_proposed_whole_and_confident():

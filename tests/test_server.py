@@ -15,10 +15,10 @@ from localspec.apps.server.run import build, is_loopback
 from localspec.apps.server.shaping import chat_prompt
 from localspec.config import settings_from_args
 from localspec.drafters.ngram import NgramDrafter
-from localspec.engine.stats import TurnStats
+from localspec.engine.stats import TokenEvent, TurnStats
 from localspec.sampling import SamplingParams
 from localspec.session import Request, Session
-from localspec.types import TokenEvent, common_prefix
+from localspec.types import common_prefix
 
 uvicorn = pytest.importorskip("uvicorn")
 

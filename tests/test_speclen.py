@@ -15,7 +15,7 @@ from localspec.engine.speclen.acceptance import AcceptanceEstimator, copy_accept
 from localspec.errors import ConfigError
 from localspec.sampling import SamplingParams
 from localspec.types import Draft
-from tests.fakes import RandomDrafter, ScriptedBackend
+from tests.fakes import RandomDrafter, ScriptedBackend, step_of
 
 CPU = {1: 1.0, 2: 1.6, 3: 2.1, 4: 2.8, 5: 3.3, 6: 4.0, 7: 4.6, 8: 5.2, 9: 6.6}  # this box's shape
 GPU = {n: 1.0 + 0.01 * (n - 1) for n in range(1, 10)}  # a GPU: a window costs about one step
@@ -40,7 +40,7 @@ def drive(ctl, steps, accept, verify=CPU, draft_per_token=0.0, draft_call=0.0, c
             accepted += 1
         emitted = list(range(produced, produced + accepted + 1))  # the target's own tokens: its future
         produced += len(emitted)
-        ctl.record(n, accepted, emitted, draft_s, verify[n + 1], draft_s + verify[n + 1])
+        ctl.record(step_of(n, accepted, emitted, draft_s, verify[n + 1], draft_s + verify[n + 1]))
         chosen.append(n)
     return chosen
 
@@ -108,7 +108,7 @@ def test_costly_drafter_that_pays_is_used_then_probed_when_it_stops_paying():
 def test_verify_cost_interpolates_and_is_pessimistic_past_what_was_measured():
     ctl = AdaptiveK(8)
     for n, s in ((2, 0.010), (4, 0.020)):
-        ctl.record(n - 1, 0, [0], 0.0, s, s)
+        ctl.record(step_of(n - 1, 0, [0], 0.0, s, s))
     single = 0.010 / 1.5  # the prior slope below the smallest size
     assert ctl.verify_cost(1) == pytest.approx(single)
     assert ctl.verify_cost(3) == pytest.approx(0.015)
@@ -193,7 +193,7 @@ def drive_confident(ctl, steps, verify, kinds, seed=0):
             accepted += 1
         emitted = list(range(produced, produced + accepted + 1))
         produced += len(emitted)
-        ctl.record(n, accepted, emitted, 0.0, verify[n + 1], verify[n + 1])
+        ctl.record(step_of(n, accepted, emitted, 0.0, verify[n + 1], verify[n + 1]))
         out.append((which, n))
         if step >= steps // 3:
             e_sum += expected(n, a)
@@ -295,7 +295,7 @@ def copy_steps(ctl, verify, steps, reject_at=None):
         emitted = list(range(produced, produced + accepted + 1))
         produced += len(emitted)
         match = 1 if accepted < n else min(64, match + len(emitted))
-        ctl.record(n, accepted, emitted, 0.0, verify[n + 1], verify[n + 1])
+        ctl.record(step_of(n, accepted, emitted, 0.0, verify[n + 1], verify[n + 1]))
         chosen.append(n)
     return chosen
 

@@ -92,8 +92,8 @@ def test_a_hidden_reading_layer_gets_the_targets_row_of_the_position_before(tmp_
     drafter = build(backend, None, DrafterContext(seed=0))
     pairs, propose = [], drafter.propose
 
-    def recording(context, max_tokens, features=None):
-        draft = propose(context, max_tokens, features)
+    def recording(context, max_tokens):
+        draft = propose(context, max_tokens)
         if draft.tokens:
             pairs.append((context[-1], draft.tokens[0]))
         return draft

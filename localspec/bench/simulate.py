@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from localspec.drafters.base import Drafter
 from localspec.engine.speclen import AdaptiveK
 from localspec.engine.stats import TurnStats
-from localspec.types import EMPTY_DRAFT, Verdict
+from localspec.types import EMPTY_DRAFT, Step, Verdict
 
 
 def simulate(
@@ -44,16 +44,17 @@ def simulate(
             truth = answer[done : done + len(tokens)]
             accepted = next((i for i, (a, b) in enumerate(zip(tokens, truth, strict=False)) if a != b), len(tokens))
             emitted = tuple(answer[done : done + accepted + 1])
-            drafter.observe(Verdict(len(tokens), accepted, emitted))
-            total.record_step(len(tokens), accepted, len(emitted))
-            if step_cost is not None:
-                seconds = step_cost(len(tokens) + 1)
-                total.verify_s += seconds
-                if policy is not None:
-                    policy.record(len(tokens), accepted, emitted, 0.0, seconds, seconds)
             context.extend(emitted)
+            seconds = step_cost(len(tokens) + 1) if step_cost is not None else 0.0  # the target's virtual forward
+            verdict = Verdict(len(tokens), accepted, emitted)
+            step = Step(context, draft=draft, judged=len(tokens), verdict=verdict, emitted=emitted, accepted=accepted)
+            step.verified = step.end = seconds
+            drafter.observe(step)
+            total.record(step)
+            if policy is not None and step_cost is not None:
+                policy.record(step)
             done += len(emitted)
-        drafter.end()
+        total.method, total.drafter = drafter.name, drafter.end()
     return total
 
 

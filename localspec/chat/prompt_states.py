@@ -27,7 +27,7 @@ class Saved:
     tokens: tuple[int, ...]
     state: object  # bytes-like, the backend's save_state()
     drafter: Drafter | None = None  # whose drafter_state it is
-    drafter_state: object = None  # its save_state()
+    drafter_state: object = None  # its state (Drafter.state)
 
     @property
     def size(self) -> int:
@@ -73,7 +73,7 @@ class PromptStates:
             self.saved.remove(best)
             self.backend.load_state(best.tokens, best.state)
             if drafter is not None:  # another drafter's state is of no use to it: it starts empty
-                drafter.load_state(best.drafter_state if best.drafter is drafter else None)
+                drafter.state = best.drafter_state if best.drafter is drafter else None
             self.loads += 1
             return best_reuse
         if len(live) - live_reuse >= MIN_TOKENS:  # this request cuts the live conversation: keep it
@@ -89,7 +89,7 @@ class PromptStates:
             self.saved.append(held)
             return
         self.saved = [s for s in self.saved if common_prefix(s.tokens, tokens) < len(s.tokens)]
-        kept = drafter.save_state() if drafter is not None else None
+        kept = drafter.state if drafter is not None else None
         self.saved.append(Saved(tokens, self.backend.save_state(), drafter, kept))
         while self.saved and self.bytes > self.budget:
             self.saved.pop(0)

@@ -1,9 +1,13 @@
 """The drafter interface. A drafter proposes tokens to follow the context; the engine verifies them.
 
-Lifecycle per turn: ``begin(prompt)``, then per step ``propose(context, max_tokens)`` and
-``observe(verdict)``, then ``end()``. ``context`` is always the whole token sequence so far (prompt plus
-emitted tokens); it only grows within a turn. A drafter whose ``needs`` include hidden states is handed the
-target's features of the newly cached positions: with ``propose``, or by ``feed`` on a step it drafts nothing.
+Lifecycle per turn: ``begin(prompt, turn)``, then per step ``propose(context, max_tokens)`` and
+``observe(step)``, then ``end()``. ``context`` is always the whole token sequence so far (prompt plus
+emitted tokens); it only grows within a turn. Every step asks for a proposal, ``max_tokens`` 0 when the
+controller wants none: the drafter then only catches up on what it observed (a layer that must take every
+cached position) and proposes nothing. ``observe`` gets the step's one record (``Step``, types.py): the
+window, the verdict, the emitted tokens, and what the drafter's ``needs`` ask of the target: the features of
+the newly cached positions (hidden states; the prompt's come in a record of features alone after the
+prefill), the target's argmax after every draft node (outputs).
 
 What a drafter requires of the target backend is declared in ``needs`` (``DrafterNeeds``) and compared with
 the backend's ``Capabilities`` by ``check_fit``: by the engine before generating, and by a drafter that
@@ -14,14 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from localspec.errors import ConfigError
 from localspec.sampling import SamplingParams
-from localspec.types import EMPTY_DRAFT, Draft, Features, Verdict
+from localspec.types import EMPTY_DRAFT, Draft, Step
 
 if TYPE_CHECKING:
     from localspec.backends.base import Backend, Capabilities
+    from localspec.engine.speclen import AdaptiveK, FixedK
 
 
 def match_confidence(match_len: int) -> float:
@@ -36,9 +41,10 @@ class DrafterNeeds:
     """What a drafter requires of the target backend (its ``Capabilities``, backends/base.py)."""
 
     rollback: bool = True  # the cache is cut back after rejected draft tokens (can_truncate): any drafting
-    hidden_states: bool = False  # the target's features of every cached position (Features, via feed/propose)
+    hidden_states: bool = False  # the target's features of every cached position (Step.features)
     feature_layers: bool = False  # ... of the layers the drafter picks (set_feature_layers)
     tree_attention: bool = False  # tree drafts, verified by forward_tree and accept_path
+    outputs: bool = False  # the target's argmax after every verified draft node, in the step record (lookahead)
 
 
 def check_fit(backend: Backend | None, drafter: Drafter) -> None:
@@ -74,69 +80,68 @@ def _lacks_features(needs: DrafterNeeds, caps: Capabilities) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class Turn:
+    """What a drafter is told as a turn begins (``Drafter.begin``)."""
+
+    sampling: SamplingParams = SamplingParams(temperature=0)  # the target's: a drafter's own q is drawn with them
+    # the turn's controller (speclen), for a drafter that asks it which of its members drafts a step (a chain)
+    policy: FixedK | AdaptiveK | None = None
+
+
+class Costs(NamedTuple):
+    """What drafting costs, as the drafter knows it, for the controller's plan."""
+
+    # seconds per drafted token until the controller has timed drafting: 0 for a lookup (n-gram, suffix),
+    # None when unknown (a network: the first call drafts a short window to find out)
+    per_token: float | None
+    catchup_s: float  # seconds a proposal now would first spend catching up on the context (a draft model)
+
+
+DEFAULT_TURN = Turn()  # greedy, no controller: a drafter driven outside the engine (a replay, a test)
+FREE = Costs(0.0, 0.0)
+UNTIMED = Costs(None, 0.0)
+
+
 class Drafter:
+    """Proposes tokens for the target to verify (see the module doc): ``begin``, ``propose``, ``observe`` and
+    ``end`` make a turn; ``costs`` and ``state`` serve the controller and the server's saved conversations."""
+
     name = "none"
     needs = DrafterNeeds()  # what it requires of the target backend, checked by check_fit
-    sampling: SamplingParams | None = None  # the target's sampler settings, set by the engine per turn
-    catchup_s = 0.0  # seconds the last propose spent catching up on context rather than drafting
-    # seconds per drafted token, for the controller until it has timed drafting: 0 for a lookup (n-gram,
-    # suffix), None when unknown (a network: the first call drafts a short window to find out)
-    cost_per_token: float | None = 0.0
-    wants_outputs = False  # handed the target's argmax after every verified draft token (see_outputs)
 
-    def use_sampling(self, sampling: SamplingParams) -> None:
-        """Drafters with their own distributions q draw them with the target's sampler settings."""
-        self.sampling = sampling
-
-    def begin(self, prompt: Sequence[int]) -> None:
-        pass
-
-    def bind(self, policy) -> None:
-        """The turn's controller (speclen), for a drafter that asks it which of its members drafts a step
-        (a chain); called by the engine after ``begin``."""
-
-    def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
-        """Up to ``max_tokens`` tokens to follow ``context``; ``features``: the target's features of the
-        positions cached since the last hand-off (a drafter that needs hidden states), fed first."""
-        return EMPTY_DRAFT
-
-    def rows_held(self, context: Sequence[int]) -> int:
-        """How many leading positions of ``context`` a feature-fed drafter needs no features of: the prefill
-        recomputes the rest (its cache reused no further) to hand them over. By default all but the last
-        prompt position; a drafter that keeps the target's rows itself says what it holds, so that a new turn
-        need not recompute a cached prompt (on a recurrent target that cut can cost a whole prefill)."""
-        return max(len(context) - 2, 0)
-
-    def save_state(self) -> object | None:
-        """What the drafter keeps of the conversation in its own cache, saved with the target's state when the
-        server switches conversations (prompt_states.py); None when it keeps nothing."""
+    def begin(self, prompt: Sequence[int], turn: Turn = DEFAULT_TURN) -> int | None:
+        """A new turn on ``prompt``. Returns how many leading prompt positions a feature-fed drafter that keeps
+        the target's rows itself holds (the prefill recomputes the rest to hand their features over, so a
+        new turn need not recompute a cached prompt: on a recurrent target that cut can cost a whole
+        prefill); None: the default, all but the last prompt position."""
         return None
 
-    def load_state(self, state: object | None) -> None:
-        """Put back what ``save_state`` gave (None: nothing saved; a drafter with a cache starts it empty)."""
+    def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
+        """Up to ``max_tokens`` tokens to follow ``context`` (0: catch up on what was observed, draft nothing)."""
+        return EMPTY_DRAFT
 
-    def feed(self, context: Sequence[int], features: Features) -> None:
-        """Take the target's features without drafting (a step that drafts nothing, the end of a turn), so a
-        feature-fed drafter's cache stays complete."""
+    def observe(self, step: Step) -> None:
+        """The step as it went (after its tokens were emitted): see the module doc."""
 
-    def catchup_estimate(self, context: Sequence[int]) -> float:
-        """Seconds a proposal now would spend catching up on context before drafting (a draft model after
-        steps without drafting); the controller weighs it before asking."""
-        return 0.0
-
-    def see_outputs(self, draft: Draft, argmax) -> None:
-        """A drafter that ``wants_outputs``: the target's argmax after the pending token (row 0) and after
-        every token of the verified ``draft`` (row i + 1), before the verdict (lookahead's Jacobi step)."""
-
-    def observe(self, verdict: Verdict) -> None:
-        pass
-
-    def end(self) -> None:
-        pass
-
-    def figures(self) -> dict:
-        """The drafter's own figures for the turn's stats."""
+    def end(self) -> dict:
+        """The turn is over (or cut short); returns the drafter's own figures of it for the turn's stats."""
         return {}
+
+    def costs(self, context: Sequence[int]) -> Costs:
+        """What drafting after ``context`` costs, as far as the drafter knows (the controller weighs it)."""
+        return FREE
+
+    @property
+    def state(self) -> object | None:
+        """What the drafter keeps of the conversation in its own cache, saved with the target's state when the
+        server switches conversations (prompt_states.py); None when it keeps nothing. Setting it puts a saved
+        state back (None: a drafter with a cache starts it empty)."""
+        return None
+
+    @state.setter
+    def state(self, saved: object | None) -> None:
+        pass
 
     def describe(self) -> str:
         """A few words on the drafter's setup for the load report ('' when its name says it all)."""

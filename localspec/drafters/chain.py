@@ -6,9 +6,9 @@ proposal against what the model drafter is expected to bring, in tokens per seco
 when it wins: the copy for repeated text (code edits, quotes), the model for new prose. llama-server mixes
 drafter types by a fixed priority (a copy whenever there is one); at a fixed K the chain does the same.
 
-The member that drafted a step sees its verdict; the other sees the emitted tokens as a step it did not
-draft (``Verdict(0, 0, tokens)``), so a copy drafter's view of the answer and a draft model's sync point
-stay right.
+The member that drafted a step observes its record; the other observes it as a step it did not draft
+(``Step.undrafted``: the emitted tokens and the target's features, no draft), so a copy drafter's view of
+the answer, a draft model's sync point and a feature-fed model's cache stay right.
 """
 
 from __future__ import annotations
@@ -16,13 +16,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from localspec.drafters.base import Drafter, DrafterNeeds
-from localspec.types import Draft, Features, Verdict
+from localspec.drafters.base import DEFAULT_TURN, FREE, Costs, Drafter, DrafterNeeds, Turn
+from localspec.types import EMPTY_DRAFT, Draft, Step
 
 
 class ChainDrafter(Drafter):
-    cost_per_token = 0.0  # the copy drafter is asked first; the model's own figure goes to policy.chain
-
     def __init__(self, copy: Drafter, model: Drafter) -> None:
         self.copy, self.model = copy, model
         self.name = f"{copy.name}+{model.name}"
@@ -32,57 +30,60 @@ class ChainDrafter(Drafter):
             hidden_states=a.hidden_states or b.hidden_states,
             feature_layers=a.feature_layers or b.feature_layers,
             tree_attention=a.tree_attention or b.tree_attention,
+            outputs=a.outputs or b.outputs,
         )
-        self.rows_held = model.rows_held
-        self.save_state, self.load_state = model.save_state, model.load_state  # the copy drafter keeps none
         self.draft = getattr(model, "draft", None)  # the draft model's backend, if it has one (the load report)
         self._policy = None
         self._drafted_by: Drafter | None = None
 
-    def use_sampling(self, sampling) -> None:
-        super().use_sampling(sampling)
-        self.copy.use_sampling(sampling)
-        self.model.use_sampling(sampling)
+    @property
+    def state(self):
+        return self.model.state  # the copy drafter keeps none
 
-    def begin(self, prompt: Sequence[int]) -> None:
-        self.copy.begin(prompt)
-        self.model.begin(prompt)
+    @state.setter
+    def state(self, saved) -> None:
+        self.model.state = saved
 
-    def bind(self, policy) -> None:
-        self._policy = policy
-        policy.chain(self.model.cost_per_token)
+    def begin(self, prompt: Sequence[int], turn: Turn = DEFAULT_TURN) -> int | None:
+        self.copy.begin(prompt, turn)
+        held = self.model.begin(prompt, turn)
+        self._policy = turn.policy
+        if turn.policy is not None:  # the model's own figure: the copy drafter is asked first
+            turn.policy.chain(self.model.costs(prompt).per_token)
+        return held
 
-    def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
-        self.catchup_s = 0.0
+    def costs(self, context: Sequence[int]) -> Costs:
+        return FREE  # the copy drafter is asked first; the model's costs go to the controller's choose
+
+    def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
+        if max_tokens <= 0:
+            self._drafted_by = None
+            return self._catch_up(context, EMPTY_DRAFT)
         copy = self.copy.propose(context, max_tokens).cut(max_tokens)
-        k = self._policy.choose(copy, max_tokens, self.model.catchup_estimate(context)) if self._policy else 0
+        k = self._policy.choose(copy, max_tokens, self.model.costs(context).catchup_s) if self._policy else 0
         if k == 0:
             self._drafted_by = self.copy
-            if features is not None:  # keeping the model's cache whole is its cost, not the copy's drafting
-                t0 = time.perf_counter()
-                self.model.feed(context, features)
-                self.catchup_s = time.perf_counter() - t0
-            return copy
+            return self._catch_up(context, copy)
         self._drafted_by = self.model
-        draft = self.model.propose(context, k, features)
-        self.catchup_s = self.model.catchup_s
-        return draft
+        return self.model.propose(context, k)
 
-    def feed(self, context: Sequence[int], features: Features) -> None:
-        self.model.feed(context, features)
+    def _catch_up(self, context: Sequence[int], draft: Draft) -> Draft:
+        """``draft``, after a feature-fed model drafter caught up on what it observed: keeping its cache whole
+        is its cost, not the copy's drafting."""
+        if not self.model.needs.hidden_states:
+            return draft
+        t0 = time.perf_counter()
+        self.model.propose(context, 0)
+        return draft.with_catchup(time.perf_counter() - t0)
 
-    def observe(self, verdict: Verdict) -> None:
-        skipped = Verdict(0, 0, verdict.tokens)
+    def observe(self, step: Step) -> None:
+        skipped = step.undrafted()
         for member in (self.copy, self.model):
-            member.observe(verdict if member is self._drafted_by else skipped)
+            member.observe(step if member is self._drafted_by else skipped)
         self._drafted_by = None
 
-    def end(self) -> None:
-        self.copy.end()
-        self.model.end()
-
-    def figures(self) -> dict:
-        return {**self.copy.figures(), **self.model.figures()}
+    def end(self) -> dict:
+        return {**self.copy.end(), **self.model.end()}
 
     def describe(self) -> str:
         parts = [f"{d.name}: {d.describe()}" for d in (self.copy, self.model) if d.describe()]

@@ -7,7 +7,7 @@ cache back to what it shares with the context (the accepted prefix) and feeds on
 the target's bonus/residual token; after steps without drafting it catches up in one batched prefill.
 
 That catch-up is the price of drafting after a pause, so the controller is told what it would cost
-(``catchup_estimate``) before it asks for a draft: tokens behind times the draft model's prefill cost per
+(``costs``) before it asks for a draft: tokens behind times the draft model's prefill cost per
 token, timed once at load and then on every catch-up. A draft model that does not pay is not fed at all.
 """
 
@@ -20,11 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from localspec.backends.base import Backend
-from localspec.drafters.base import Drafter
+from localspec.drafters.base import DEFAULT_TURN, Costs, Drafter, Turn
 from localspec.errors import ConfigError
 from localspec.options import option
 from localspec.sampling import SamplingParams, sample
-from localspec.types import Draft, Features, Verdict, common_prefix
+from localspec.types import EMPTY_DRAFT, Draft, Step, common_prefix
 
 GREEDY = SamplingParams(temperature=0)
 CALIBRATION_TOKENS = 32  # prefilled once at load to time a catch-up per token
@@ -71,8 +71,8 @@ class DraftModelDrafter(Drafter):
     def __init__(self, draft: Backend, shared_vocab: int, target_vocab: int, seed: int | None = None) -> None:
         self.draft, self.shared, self.target_vocab = draft, shared_vocab, target_vocab
         self.rng = np.random.default_rng(seed)
+        self.sampling = GREEDY  # the target's sampler settings, this turn's
         self.catchup_tokens = 0  # tokens fed in batched catch-ups this turn (after steps without drafting)
-        self.catchup_s = 0.0  # time of the last call's catch-up, if any
         self._synced = 0  # context tokens known to be in the draft cache
         self.catchup_per_token, self.cost_per_token = self._time_model()
 
@@ -89,26 +89,28 @@ class DraftModelDrafter(Drafter):
         self.draft.truncate(0)
         return (t1 - t0) / (len(tokens) - 2), t2 - t1
 
-    def begin(self, prompt: Sequence[int]) -> None:
+    def begin(self, prompt: Sequence[int], turn: Turn = DEFAULT_TURN) -> None:
+        self.sampling = turn.sampling
         self._synced = common_prefix(self.draft.cached_tokens, prompt)
 
-    def catchup_estimate(self, context: Sequence[int]) -> float:
+    def costs(self, context: Sequence[int]) -> Costs:
         behind = len(context) - 1 - self._synced
-        return behind * self.catchup_per_token if behind > 1 else 0.0
+        return Costs(self.cost_per_token, behind * self.catchup_per_token if behind > 1 else 0.0)
 
-    def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
-        sampling = self.sampling or GREEDY
-        self.catchup_s = 0.0
+    def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
+        if max_tokens <= 0:  # nothing to catch up on before it drafts again
+            return EMPTY_DRAFT
+        sampling, catchup = self.sampling, 0.0
         keep = min(common_prefix(self.draft.cached_tokens, context), len(context) - 1)
         self.draft.truncate(keep)
         new = list(context[keep:])
         if len(new) > 2:  # a gap (steps without drafting, or a new turn): one batched prefill, no logits
             t0 = time.perf_counter()
             self.draft.prefill(new[:-1])
-            self.catchup_s = time.perf_counter() - t0
+            catchup = time.perf_counter() - t0
             self.catchup_tokens += len(new) - 1
             if len(new) - 1 >= TIMED_CATCHUP:
-                per_token = self.catchup_s / (len(new) - 1)
+                per_token = catchup / (len(new) - 1)
                 self.catchup_per_token += TIMING_EMA * (per_token - self.catchup_per_token)
             new = new[-1:]
         self._synced = len(context)
@@ -122,15 +124,12 @@ class DraftModelDrafter(Drafter):
             tokens.append(token)
             if i + 1 < max_tokens:
                 row = self.draft.forward([token]).rows.row(-1)
-        return Draft.chain(tokens, np.stack(rows) if rows else None)
+        return Draft.chain(tokens, np.stack(rows) if rows else None).with_catchup(catchup)
 
-    def observe(self, verdict: Verdict) -> None:
-        self._synced += verdict.accepted  # accepted draft tokens are in the draft cache already
+    def observe(self, step: Step) -> None:
+        self._synced += step.accepted  # accepted draft tokens are in the draft cache already
 
-    def end(self) -> None:
-        pass
-
-    def figures(self) -> dict:
+    def end(self) -> dict:
         figures = {
             "draft_model": self.draft.model_name,
             "draft_memory_mb": round(self.draft.memory_bytes() / 2**20, 1),

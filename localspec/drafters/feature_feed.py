@@ -1,10 +1,10 @@
 """The target's features on their way into a feature-fed drafter's head (EAGLE, DFlash): which context
 positions the head's cache holds, and the features handed over but not yet put there.
 
-Features come with every verify step (``feed``); they are kept and put into the head in one batched call
-when a draft is next asked for (``catch_up``), since a head pass per step that drafts nothing costs more
-than one pass for several positions. The head's cache holds positions ``first .. first + fed - 1``; a new
-turn keeps the part of it whose tokens did not change.
+Features come with every step's record (``Drafter.observe``, ``feed`` here); they are kept and put into the
+head in one batched call when a draft is next asked for (``catch_up``), since a head pass per step that
+drafts nothing costs more than one pass for several positions. The head's cache holds positions
+``first .. first + fed - 1``; a new turn keeps the part of it whose tokens did not change.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from localspec.types import Features, common_prefix
+from localspec.drafters.base import Costs
+from localspec.types import Features, Step, common_prefix
 
 # put(context, rows, end): put feature rows of positions end.. into the head; returns how many it took
 Put = Callable[[Sequence[int], np.ndarray, int], int]
@@ -86,21 +87,22 @@ class FedByFeatures:
     """The drafter side of a FeatureFeed (EAGLE, DFlash): ``self.rows`` is the feed and ``self._put`` puts
     rows into the head. Features are kept as they come and put into the head in one batched call when a draft
     is next asked for (a head pass per step that drafts nothing, ~0.7 ms on SmolLM2's llama.cpp EAGLE head,
-    is ~7% of its 9 ms step)."""
+    is ~7% of its 9 ms step). A head's cost per drafted token is timed by the controller on its first (short)
+    draft."""
 
     rows: FeatureFeed
-    catchup_s = 0.0
 
-    def feed(self, context: Sequence[int], features: Features) -> None:
-        self.catchup_s = 0.0
-        self.rows.feed(context, features)
+    def observe(self, step: Step) -> None:
+        if step.features is not None:
+            self.rows.feed(step.context, step.features)
 
-    def catchup_estimate(self, context: Sequence[int]) -> float:
-        return self.rows.estimate()
+    def costs(self, context: Sequence[int]) -> Costs:
+        return Costs(None, self.rows.estimate())
 
-    def _catch_up(self) -> None:
+    def _catch_up(self) -> float:
+        """Put the pending features into the head; the seconds it spent on more than one position."""
         self.rows.catch_up(self._put)
-        self.catchup_s = self.rows.catchup_s
+        return self.rows.catchup_s
 
     def _put(self, context: Sequence[int], rows: np.ndarray, end: int) -> int:
         raise NotImplementedError

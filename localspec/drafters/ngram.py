@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from localspec.drafters.base import Drafter, match_confidence
+from localspec.drafters.base import DEFAULT_TURN, Drafter, Turn, match_confidence
 from localspec.errors import ConfigError
 from localspec.options import option
-from localspec.types import EMPTY_DRAFT, Draft, Features
+from localspec.types import EMPTY_DRAFT, Draft
 
 MAX_MATCH = 64  # the backwards comparison stops here: O(64) per step, and longer is hardly more certain
 
@@ -55,7 +55,7 @@ class NgramDrafter(Drafter):
         self._matches = 0
         self._match_len_sum = 0
 
-    def begin(self, prompt: Sequence[int]) -> None:
+    def begin(self, prompt: Sequence[int], turn: Turn = DEFAULT_TURN) -> None:
         self._index.clear()
         self._indexed = 0
         self._matches = self._match_len_sum = 0
@@ -66,7 +66,7 @@ class NgramDrafter(Drafter):
                 self._index[tuple(context[end - n : end])] = end  # n-gram ending before `end` -> `end`
         self._indexed = max(self._indexed, len(context))
 
-    def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
+    def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
         self._extend(context)
         if max_tokens <= 0:
             return EMPTY_DRAFT
@@ -80,6 +80,6 @@ class NgramDrafter(Drafter):
                 return Draft.chain(tokens, confidence=[match_confidence(length)] * len(tokens))
         return EMPTY_DRAFT
 
-    def figures(self) -> dict:
+    def end(self) -> dict:
         mean = self._match_len_sum / self._matches if self._matches else 0.0
         return {"matches": self._matches, "mean_match_len": round(mean, 2)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from localspec.drafters.base import Drafter
-from localspec.types import Draft
+from localspec.types import EMPTY_DRAFT, Draft
 
 
 class RandomDrafter(Drafter):
@@ -15,7 +15,9 @@ class RandomDrafter(Drafter):
     def __init__(self, vocab_size: int, seed: int | None = None) -> None:
         self.vocab_size, self.rng = vocab_size, np.random.default_rng(seed)
 
-    def propose(self, context, max_tokens, features=None) -> Draft:
+    def propose(self, context, max_tokens) -> Draft:
+        if max_tokens <= 0:
+            return EMPTY_DRAFT
         return Draft.chain(self.rng.integers(0, self.vocab_size, size=max_tokens).tolist())
 
 

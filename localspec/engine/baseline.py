@@ -19,6 +19,8 @@ from collections import deque
 from dataclasses import dataclass
 from statistics import fmean
 
+from localspec.types import Step
+
 MIN_STEPS = 16  # plain steps near the current context length before a speedup is shown
 SPAN = 0.25  # "near": within this share of the current context length
 EPS = 0.05  # the speedup is shown at most tau * (1 + EPS)
@@ -49,9 +51,14 @@ class PlainBaseline:
         self._recorded = 0
         self._cached: tuple[int, int, PlainSpeed | None] | None = None  # (length, recorded, answer)
 
-    def record(self, context_len: int, seconds: float) -> None:
+    def record(self, step: Step) -> None:
+        """A step that verified no draft is an ordinary decoding step but for the proposal: its wall time since
+        the step before, less the proposal, at the context length it ran at."""
+        if step.draft.tokens:
+            return
+        seconds = step.end - step.since - (step.proposed - step.planned)
         if seconds > 0:
-            self._steps.append((context_len, seconds, time.perf_counter()))
+            self._steps.append((len(step.context) - len(step.emitted), seconds, step.end))
             self._recorded += 1
 
     def at(self, context_len: int) -> PlainSpeed | None:

@@ -17,16 +17,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from localspec.backends.base import Backend, Progress
-from localspec.drafters.base import Drafter, check_fit
+from localspec.drafters.base import Drafter, Turn, check_fit
 from localspec.engine.baseline import PlainBaseline
 from localspec.engine.exact import exact_mode, guard
 from localspec.engine.speclen import AdaptiveK, FixedK, make_policy
-from localspec.engine.stats import TurnStats
+from localspec.engine.stats import TokenEvent, TurnStats
 from localspec.engine.stopping import StopStrings
 from localspec.engine.verify import verify_draft
 from localspec.errors import ConfigError, ContextOverflow
 from localspec.sampling import SamplingParams, Streams
-from localspec.types import EMPTY_DRAFT, Draft, Features, ForwardOut, TokenEvent, Verdict, common_prefix
+from localspec.types import EMPTY_DRAFT, Draft, Features, ForwardOut, Step, Verdict, common_prefix
 
 
 def stream_generate(
@@ -48,7 +48,10 @@ def stream_generate(
     against (a session passes its own of both, so what it measured carries over). ``exact_guard``: `--exact`'s
     near-tie margin, below which a window row decides nothing at temperature 0 on a backend without
     batch-invariant kernels (those run instead where the backend has them); None: the fast default, no guard
-    and the backend's fastest kernels."""
+    and the backend's fastest kernels.
+
+    Each step is plan, propose, verify, accept, emit, record, written into one ``Step`` that the drafter
+    observes and the stats, the plain baseline and the controller record."""
     policy = make_policy(draft_tokens)
     plain = plain if plain is not None else PlainBaseline()
     _check_request(backend, drafter, prompt, max_tokens)
@@ -60,97 +63,85 @@ def stream_generate(
     stats.guard_margin, stats.guard_kernels, stats.exact = margin, invariant, exact_guard is not None
     context = list(prompt)
     detok, stopper = backend.detokenizer(), StopStrings(stop)
-    need_hidden = drafter.needs.hidden_states
+    need_hidden, need_outputs = drafter.needs.hidden_states, drafter.needs.outputs
     started = time.perf_counter()
     try:
-        drafter.use_sampling(sampling)
-        drafter.begin(context)  # first: a feature-fed drafter sets which rows the target hands out
-        features = _prefill(backend, drafter, context, on_prefill, stats)
-        policy.begin_turn(drafter.cost_per_token)
-        drafter.bind(policy)
-        started = last_end = time.perf_counter()
+        policy.begin_turn(drafter.costs(context).per_token)
+        rows_held = drafter.begin(context, Turn(sampling, policy))  # first: a feature-fed one picks the target's rows
+        features = _prefill(backend, drafter, context, rows_held, on_prefill, stats)
+        if features is not None:  # the prompt's features, in a record of nothing else
+            drafter.observe(Step(context, features=features))
+        started = last = time.perf_counter()
         finish, held = None, False
         while finish is None:
-            # plan: no further than the context can hold and than the answer may still grow; after the
-            # guard held a near-tie back, a single-token step decides it, as plain decoding does
-            t0 = time.perf_counter()
-            cap = min(policy.max_k, max_tokens - stats.generated - 1, backend.n_ctx - len(context))
-            if backend.max_rollback is not None:  # a recurrent state rolls back so far: rejected drafts must fit
-                cap = min(cap, backend.max_rollback)
-            k = policy.plan(cap, drafter.catchup_estimate(context)) if cap > 0 and not held else 0
-            tp = time.perf_counter()
-            # propose
-            draft = _propose(drafter, context, k, features)
-            t1 = time.perf_counter()
-            drafting = t1 - t0 - drafter.catchup_s  # what drafting costs, apart from a one-off catch-up
-            # the controller sizes a tree by depth, judging it by its main branch; side branches deeper than
-            # the main one are cut too, so that what it measures per depth stays one kind of window
-            # (verifying them whole measured 0.84-0.99x plain on cases where EAGLE is weak, cut 0.95-1.10x);
-            # a tree also needs a cache slot per node (cap bounds its depth, not its size), and is costed by
-            # its node count; a whole draft (lookahead) is verified whole or not at all
-            main = draft.main_chain()
-            depth = policy.trim(main, drafting, None if draft.is_chain else draft.sizes(len(main)), draft.whole)
-            draft = (draft if depth else EMPTY_DRAFT) if draft.whole else draft.cut(depth)
-            draft = draft.prefix(backend.n_ctx - len(context))
+            step = Step(context, since=last, start=time.perf_counter())
+            # plan
+            k = _plan(policy, drafter, backend, context, max_tokens - stats.generated - 1, held)
+            step.planned = time.perf_counter()
+            # propose (every step asks: with k = 0 the drafter only catches up on what it observed)
+            proposal = drafter.propose(context, k)
+            step.proposed, step.catchup_s = time.perf_counter(), proposal.catchup_s
+            proposal = proposal if len(proposal) <= k else proposal.cut(k)
+            draft, step.judged = _window(policy, proposal, step.drafting_s, backend.n_ctx - len(context))
+            step.draft = draft
             # verify
             if margin and len(draft) and backend.max_rollback:  # a held first row cuts the whole window off,
                 backend.checkpoint()  # which a recurrent state's snapshots do not reach
             out = _forward(backend, context, draft, need_hidden)
-            if drafter.wants_outputs and len(draft):  # lookahead: the target's guess after every node
-                drafter.see_outputs(draft, out.rows.argmax())
+            if need_outputs and len(draft):  # lookahead: the target's guess after every node, before the verdict
+                step.outputs = out.rows.argmax()
             verdict = verify_draft(draft, out.rows, sampling, streams.after(len(context) - len(prompt)), stats.rules)
-            forced, gap = held, None
             if margin and len(draft):
-                verdict, gap = guard(verdict, out.rows, margin)
-            held = verdict.held
-            # accept: the kept positions stay in the cache (and their features go to the drafter)
-            features = _accept(backend, context, draft, out, verdict, need_hidden)
-            t2 = time.perf_counter()
-            stats.draft_s += t1 - t0
-            stats.verify_s += t2 - t1
+                verdict, step.gap = guard(verdict, out.rows, margin)
+            step.verdict, step.forced, held = verdict, held, verdict.held
+            # accept: the kept positions stay in the cache (and their features go into the record)
+            step.features = _accept(backend, context, draft, out, verdict, need_hidden)
+            step.verified = time.perf_counter()
             # emit
-            emitted, text, draft_chars, finish = _emit(
+            step.emitted, text, draft_chars, finish = _emit(
                 verdict, context, backend, detok, stopper, max_tokens - stats.generated
             )
-            from_draft = min(verdict.accepted, len(emitted))
-            drafter.observe(Verdict(len(draft), from_draft, tuple(emitted)))  # what was really emitted
-            stats.record_step(len(draft), from_draft, len(emitted))
-            now = time.perf_counter()
-            stats.record_guard(gap, now - t0 if forced else 0.0)
-            if not draft.tokens:  # an ordinary decoding step, but for the proposal: the speedup's baseline
-                plain.record(len(context) - len(emitted), now - last_end - (t1 - tp))
-            last_end = now
+            step.accepted = min(verdict.accepted, len(step.emitted))  # what was really emitted of the draft
+            # record: the drafter, the stats, the plain baseline and the controller read the one record
+            drafter.observe(step)
+            step.end = last = time.perf_counter()
+            stats.record(step)
+            plain.record(step)
+            policy.record(step)
             stats.plain = plain.at(len(prompt) + stats.generated // 2)  # the turn's mean context length
-            judged = len(main) if draft.whole and len(draft) else max(draft.depths(), default=0)  # what trim saw
-            policy.record(
-                judged,
-                min(verdict.accepted, judged),
-                emitted,
-                drafting,
-                t2 - t1,
-                now - t0 - drafter.catchup_s,
-                len(draft) + 1,
-                not draft.is_chain,
-            )
-            stats.decode_s = now - started
-            yield TokenEvent(tuple(emitted), text, from_draft, stats, finish, min(draft_chars, len(text)))
-        _hand_over(drafter, context, features)
-    except GeneratorExit:  # the caller stopped the answer: the part it keeps is the drafter's too
-        _hand_over(drafter, context, features)
-        raise
+            stats.decode_s = last - started
+            yield TokenEvent(tuple(step.emitted), text, step.accepted, stats, finish, min(draft_chars, len(text)))
     finally:
         backend.truncate(len(context) - 1)  # restore the invariant, whatever happened mid-step
-        drafter.end()
-        stats.method, stats.drafter = drafter.name, drafter.figures()
+        stats.method, stats.drafter = drafter.name, drafter.end()
         stats.speclen = policy.figures()
         if stats.generated:
             stats.decode_s = time.perf_counter() - started
 
 
-def _hand_over(drafter: Drafter, context: list[int], features: Features | None) -> None:
-    """The last step's features: a feature-fed drafter keeps its cache whole."""
-    if features is not None:
-        drafter.feed(context, features)
+def _plan(policy, drafter: Drafter, backend: Backend, context: list[int], left: int, held: bool) -> int:
+    """How many tokens to ask the drafter for: no further than the context can hold and than the answer may
+    still grow (``left`` tokens after the target's own); after the guard held a near-tie back, none: a
+    single-token step decides it, as plain decoding does."""
+    cap = min(policy.max_k, left, backend.n_ctx - len(context))
+    if backend.max_rollback is not None:  # a recurrent state rolls back so far: rejected drafts must fit
+        cap = min(cap, backend.max_rollback)
+    return policy.plan(cap, drafter.costs(context).catchup_s) if cap > 0 and not held else 0
+
+
+def _window(policy, proposal: Draft, drafting_s: float, room: int) -> tuple[Draft, int]:
+    """What of the proposal the target verifies, and the depth the controller judged it by.
+
+    The controller sizes a tree by depth, judging it by its main branch; side branches deeper than the main
+    one are cut too, so that what it measures per depth stays one kind of window (verifying them whole
+    measured 0.84-0.99x plain on cases where EAGLE is weak, cut 0.95-1.10x); a tree also needs a cache slot
+    per node (``room``: the context bounds its size, not only its depth), and is costed by its node count; a
+    whole draft (lookahead) is verified whole or not at all."""
+    main = proposal.main_chain()
+    depth = policy.trim(main, drafting_s, None if proposal.is_chain else proposal.sizes(len(main)), proposal.whole)
+    draft = (proposal if depth else EMPTY_DRAFT) if proposal.whole else proposal.cut(depth)
+    draft = draft.prefix(room)
+    return draft, len(main) if draft.whole and len(draft) else max(draft.depths(), default=0)
 
 
 def _check_request(backend: Backend, drafter: Drafter, prompt: Sequence[int], max_tokens: int) -> None:
@@ -166,14 +157,15 @@ def _check_request(backend: Backend, drafter: Drafter, prompt: Sequence[int], ma
 
 
 def _prefill(
-    backend: Backend, drafter: Drafter, context: list[int], on_prefill: Progress, stats: TurnStats
+    backend: Backend, drafter: Drafter, context: list[int], held: int | None, on_prefill: Progress, stats: TurnStats
 ) -> Features | None:
     """Cache the prompt but its last token (reusing what the cache already holds of it); the features of a
-    feature-fed drafter's prompt (EAGLE), or None."""
+    feature-fed drafter's prompt (EAGLE) from the first position it does not hold (``held``, None: all but
+    the last prompt position), or None."""
     started = time.perf_counter()
     reuse = common_prefix(backend.cached_tokens, context[:-1])
     if drafter.needs.hidden_states:  # it is handed the features of the positions it lacks
-        reuse = min(reuse, drafter.rows_held(context))
+        reuse = min(reuse, max(len(context) - 2, 0) if held is None else held)
     backend.truncate(reuse)
     features = None
     if drafter.needs.hidden_states:
@@ -186,14 +178,6 @@ def _prefill(
     stats.prefill_tokens = len(context) - 1 - reuse
     stats.prefill_s = time.perf_counter() - started
     return features
-
-
-def _propose(drafter: Drafter, context: list[int], k: int, features: Features | None) -> Draft:
-    if k > 0:
-        return drafter.propose(context, k, features).cut(k)
-    if features is not None:
-        drafter.feed(context, features)  # keep a feature-fed drafter's cache complete
-    return Draft()
 
 
 def _forward(backend: Backend, context: list[int], draft: Draft, need_hidden: bool) -> ForwardOut:

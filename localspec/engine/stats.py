@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from localspec.engine.baseline import PlainSpeed, speedup
+from localspec.types import Step
 
 
 @dataclass(frozen=True)
@@ -59,24 +60,27 @@ class TurnStats:
     # drafts with q: per examined position, P(accept) under min(1, p/q) and under exact matching
     rules: list = field(default_factory=list, repr=False)
 
-    def record_step(self, drafted: int, accepted: int, emitted: int) -> None:
+    def record(self, step: Step) -> None:
+        """One engine step: what it drafted, accepted and emitted, its draft and verify time, the exact guard's
+        doing."""
+        drafted, accepted = len(step.draft), step.accepted
         self.steps += 1
         self.drafted += drafted
         self.accepted += accepted
-        self.generated += emitted
+        self.generated += len(step.emitted)
         while len(self.drafted_at) < drafted:
             self.drafted_at.append(0)
             self.accepted_at.append(0)
         for i in range(drafted):
             self.drafted_at[i] += 1
             self.accepted_at[i] += i < accepted
-
-    def record_guard(self, gap: float | None, forced_s: float) -> None:
-        if gap is not None:
-            self.guard_gaps.append(gap)
-        if forced_s:
+        self.draft_s += step.proposed - step.start
+        self.verify_s += step.verified - step.proposed
+        if step.gap is not None:
+            self.guard_gaps.append(step.gap)
+        if step.forced:
             self.guard_steps += 1
-            self.guard_s += forced_s
+            self.guard_s += step.end - step.start
 
     @property
     def mode(self) -> str:
@@ -212,3 +216,17 @@ class TurnStats:
             + guard
             + f" | {self.mode}"
         )
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """What one engine step emitted. ``from_draft`` counts the leading tokens that came from accepted
+    drafts and ``draft_chars`` the leading characters of ``text`` they make; ``finish_reason`` is set on
+    the last event of a turn (stop, length, context)."""
+
+    tokens: tuple[int, ...]
+    text: str
+    from_draft: int
+    stats: TurnStats = field(repr=False)  # the turn's, live: it goes on counting
+    finish_reason: str | None = None
+    draft_chars: int = 0

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.drafters.base import Drafter, DrafterNeeds, check_fit
+from localspec.drafters.base import DEFAULT_TURN, Drafter, DrafterNeeds, Turn, check_fit
 from localspec.drafters.draft_model import GREEDY, pick_token, token_probability
 from localspec.drafters.eagle.drafter import eagle_folder
 from localspec.drafters.feature_feed import FeatureFeed, FedByFeatures
 from localspec.errors import ConfigError
 from localspec.options import option
-from localspec.types import Draft, Features
+from localspec.types import EMPTY_DRAFT, Draft
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,6 @@ def load_head(spec: str, target):
 
 class DFlashDrafter(FedByFeatures, Drafter):
     name = "dflash"
-    cost_per_token = None  # one head pass per block: timed by the controller on the first draft
     needs = DrafterNeeds(hidden_states=True, feature_layers=True)
 
     def __init__(self, target, head, seed: int | None = None) -> None:
@@ -100,6 +99,7 @@ class DFlashDrafter(FedByFeatures, Drafter):
         target.set_feature_layers(head.feature_layers)
         self.vocab = target.vocab_size
         self.rng = np.random.default_rng(seed)
+        self.sampling = GREEDY  # the target's sampler settings, this turn's
         self.rows = FeatureFeed()  # slot j of the head's cache: the target's features of position j
         self._blocks = self._block_rows = 0
 
@@ -107,8 +107,9 @@ class DFlashDrafter(FedByFeatures, Drafter):
         extra = ", a confidence head" if self.layout.confidence else ""
         return f"{self.layout.kind} head, blocks of up to {self.layout.block_size}{extra}"
 
-    def begin(self, prompt: Sequence[int]) -> None:
+    def begin(self, prompt: Sequence[int], turn: Turn = DEFAULT_TURN) -> None:
         """A new turn keeps the head's cache for the part of the conversation that did not change."""
+        self.sampling = turn.sampling
         self.target.set_feature_layers(self.head.feature_layers)  # another drafter may have switched them
         self._catch_up()
         self.rows.keep(prompt, lookahead=0)
@@ -118,20 +119,22 @@ class DFlashDrafter(FedByFeatures, Drafter):
         self.head.inject(rows, end)
         return len(rows)
 
-    def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
-        if features is not None:
-            self.feed(context, features)
-        self.catchup_s = 0.0
+    def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
         k = min(max_tokens, self.layout.max_draft)
         if k <= 0:
-            return Draft()
-        self._catch_up()
+            return EMPTY_DRAFT
+        catchup = self._catch_up()
         pos = len(context) - 1  # the pending token's position: the head must hold every one before it
         if self.rows.first is None or self.rows.end != pos or pos <= self.rows.first:
-            return Draft()
+            return EMPTY_DRAFT.with_catchup(catchup)
+        return self._block(context, k).with_catchup(catchup)
+
+    def _block(self, context: Sequence[int], k: int) -> Draft:
+        """k tokens after the pending token from one pass of the head."""
+        pos = len(context) - 1
         block = self.head.block(int(context[-1]), pos, self.layout.rows_for(k))
         self._blocks, self._block_rows = self._blocks + 1, self._block_rows + self.layout.rows_for(k)
-        sampling = self.sampling or GREEDY
+        sampling = self.sampling
         tokens, rows_q, confidence, prev = [], [], [], int(context[-1])
         for i in range(k):
             logits, conf = block.row(i, prev)
@@ -140,7 +143,7 @@ class DFlashDrafter(FedByFeatures, Drafter):
             confidence.append(conf if conf is not None else _probability(logits, prev, rows_q))
         return Draft.chain(tokens, np.stack(rows_q) if rows_q else None, confidence)
 
-    def figures(self) -> dict:
+    def end(self) -> dict:
         out = {"dflash_positions_fed": self.rows.fed}
         if self._blocks:
             out["mean_block_rows"] = round(self._block_rows / self._blocks, 2)

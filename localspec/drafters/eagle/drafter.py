@@ -26,13 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.drafters.base import Drafter, DrafterNeeds, check_fit
+from localspec.drafters.base import DEFAULT_TURN, Drafter, DrafterNeeds, Turn, check_fit
 from localspec.drafters.draft_model import GREEDY, pick_token
 from localspec.drafters.eagle.torch_head import TREE_SLOTS, head_summary, load_eagle_head
 from localspec.drafters.feature_feed import FeatureFeed, FedByFeatures
 from localspec.errors import ConfigError
 from localspec.options import option
-from localspec.types import Draft, Features
+from localspec.types import EMPTY_DRAFT, Draft
 
 TREE_WIDTH = 4  # children per expanded node and expanded nodes per depth
 
@@ -81,7 +81,6 @@ def eagle_folder(spec: str) -> Path:
 
 class EagleDrafter(FedByFeatures, Drafter):
     name = "eagle"
-    cost_per_token = None  # a head forward per token: timed by the controller on the first (short) draft
     # fed the target's features of the layers its head reads (chains; a tree-drafting one needs tree attention)
     needs = DrafterNeeds(hidden_states=True, feature_layers=True)
 
@@ -115,6 +114,7 @@ class EagleDrafter(FedByFeatures, Drafter):
         self.target_vocab = target.vocab_size
         self.tree_nodes, self.tree_width = tree_nodes, tree_width
         self.rng = np.random.default_rng(seed)
+        self.sampling = GREEDY  # the target's sampler settings, this turn's
         self.rows = FeatureFeed()  # slot j of the head's cache: (token j+1, feature j)
         self._last = None  # the head's output after the last fed position
         self._trees = self._tree_tokens = 0
@@ -123,26 +123,23 @@ class EagleDrafter(FedByFeatures, Drafter):
         shape = f"trees of {self.tree_nodes}" if self.tree_nodes else "chains"
         return f"{head_summary(self.head)}, {shape}"
 
-    def begin(self, prompt: Sequence[int]) -> None:
+    def begin(self, prompt: Sequence[int], turn: Turn = DEFAULT_TURN) -> None:
         """A new turn keeps the head's cache for the part of the conversation that did not change: slot j
         (token j+1, feature j) stays valid while tokens 0..j+1 are the same."""
+        self.sampling = turn.sampling
         self.target.set_feature_layers(self.head.feature_layers)  # another drafter may have switched them
         self._catch_up()  # what the last turn handed over belongs to its context
         self.rows.keep(prompt, lookahead=1)
         self._last = None
 
-    def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
-        if features is not None:
-            self.feed(context, features)
-        self.catchup_s = 0.0
+    def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
         if max_tokens <= 0:
-            return Draft()
-        self._catch_up()
+            return EMPTY_DRAFT
+        catchup = self._catch_up()
         if self._last is None:
-            return Draft()
-        if self.tree_nodes:
-            return self._tree(max_tokens)
-        return self._chain(max_tokens)
+            return EMPTY_DRAFT.with_catchup(catchup)
+        draft = self._tree(max_tokens) if self.tree_nodes else self._chain(max_tokens)
+        return draft.with_catchup(catchup)
 
     def _put(self, context: Sequence[int], rows: np.ndarray, end: int) -> int:
         """Feature rows [n, F] of positions end.. into the head's cache, paired with tokens end+1.."""
@@ -155,7 +152,7 @@ class EagleDrafter(FedByFeatures, Drafter):
         return n
 
     def _chain(self, k: int) -> Draft:
-        sampling = self.sampling or GREEDY
+        sampling = self.sampling
         tokens, rows_q, out, at = [], [], self._last, self.rows.end
         for i in range(k):
             token = pick_token(self.head.logits(out)[0], sampling, self.rng, self.target_vocab, rows_q)
@@ -204,7 +201,7 @@ class EagleDrafter(FedByFeatures, Drafter):
         if close is not None:
             close()
 
-    def figures(self) -> dict:
+    def end(self) -> dict:
         out = {"eagle_positions_fed": self.rows.fed, "eagle_head": head_summary(self.head)}
         if self._trees:
             out["mean_tree_tokens"] = round(self._tree_tokens / self._trees, 2)

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from localspec.drafters.base import Drafter, DrafterNeeds
+from localspec.drafters.base import DEFAULT_TURN, Drafter, DrafterNeeds, Turn
 from localspec.drafters.lookahead.jacobi_window import JacobiWindow
 from localspec.errors import ConfigError
 from localspec.options import option
-from localspec.types import EMPTY_DRAFT, Draft, Features, Verdict, common_prefix
+from localspec.types import EMPTY_DRAFT, Draft, Step, common_prefix
 
 POOL_CONFIDENCE = 0.5  # a pool n-gram's tokens: the controller learns what they are worth
 WINDOW_CONFIDENCE = 0.1  # a window guess's tokens (only on the main chain when the pool has nothing)
@@ -99,8 +99,8 @@ def prefix_tree(paths: Sequence[tuple[int, ...]]) -> tuple[list[int], list[int],
 
 class LookaheadDrafter(Drafter):
     name = "lookahead"
-    needs = DrafterNeeds(tree_attention=True)
-    wants_outputs = True  # the engine hands it the target's argmax of every verified row (see_outputs)
+    # the engine hands it the target's argmax of every verified row, in the step record (observe)
+    needs = DrafterNeeds(tree_attention=True, outputs=True)
 
     def __init__(self, options: LookaheadOptions = LookaheadOptions(), seed: int | None = None) -> None:
         self.options = options
@@ -119,7 +119,7 @@ class LookaheadDrafter(Drafter):
         o = self.options
         return f"window {o.window}, n-gram {o.ngram}, {o.guesses} guesses (depth {o.depth})"
 
-    def begin(self, prompt: Sequence[int]) -> None:
+    def begin(self, prompt: Sequence[int], turn: Turn = DEFAULT_TURN) -> None:
         self.window.reset(prompt)
         del self._indexed[common_prefix(self._indexed, prompt) :]  # a new turn may not continue the last one
         self._index(prompt)
@@ -136,12 +136,12 @@ class LookaheadDrafter(Drafter):
             self.pool.add(context[i : i + n])
         self._indexed.extend(context[len(self._indexed) :])
 
-    def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
+    def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
+        if max_tokens <= 0:  # a step without a window: nothing to catch up on (the next proposal pools the context)
+            return EMPTY_DRAFT
         self._index(context)
         self._recent = context[-256:]
         self._cells = {}
-        if max_tokens <= 0:
-            return EMPTY_DRAFT
         candidates = self.pool.get(int(context[-1]), self.options.guesses)
         cells = self.window.paths()
         tokens, parents, node = prefix_tree([*candidates, *(path for _, path in cells)])
@@ -152,9 +152,17 @@ class LookaheadDrafter(Drafter):
         self._candidates += len(candidates)
         return Draft(tuple(tokens), tuple(parents), confidence=tuple(confidence), whole=True)
 
-    def see_outputs(self, draft: Draft, argmax: np.ndarray) -> None:
-        """The target's argmax after every node of the verified ``draft`` (row i + 1: after node i): one
-        Jacobi iteration of the window, its n-grams into the pool."""
+    def observe(self, step: Step) -> None:
+        """The target's argmax after every node of the verified draft, when there was one, moves the window
+        on (``_iterate``); then it follows the context past the tokens the step emitted."""
+        if step.outputs is not None:
+            self._iterate(step.draft, step.outputs)
+        self.window.advance(len(step.emitted) - (self._moved or 0), self._recent)
+        self._moved, self._cells = None, {}
+
+    def _iterate(self, draft: Draft, argmax: np.ndarray) -> None:
+        """The target's argmax after every node of the verified ``draft`` (row i + 1: after node i), taken
+        before the verdict: one Jacobi iteration of the window, its n-grams into the pool."""
         if not self._cells:
             return
         predicted = {cell: int(argmax[i + 1]) for i, cell in self._cells.items() if i < len(draft)}
@@ -164,12 +172,7 @@ class LookaheadDrafter(Drafter):
         self._window_steps += 1
         self._harvested += len(grams)
 
-    def observe(self, verdict: Verdict) -> None:
-        emitted = len(verdict.tokens)
-        self.window.advance(emitted - (self._moved or 0), self._recent)
-        self._moved, self._cells = None, {}
-
-    def figures(self) -> dict:
+    def end(self) -> dict:
         return {
             "window_steps": self._window_steps,
             "mean_candidates": round(self._candidates / self._steps, 2) if self._steps else 0.0,

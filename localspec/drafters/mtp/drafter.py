@@ -18,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.drafters.base import Drafter, DrafterNeeds
+from localspec.drafters.base import DEFAULT_TURN, Costs, Drafter, DrafterNeeds, Turn
 from localspec.drafters.draft_model import GREEDY, pick_token, token_probability
 from localspec.errors import ConfigError, ModelError
 from localspec.models.registry import hf_cached, hub_file
 from localspec.options import option
-from localspec.types import Draft, Features, common_prefix
+from localspec.types import EMPTY_DRAFT, Draft, Features, Step, common_prefix
 
 HISTORY = 128  # the target's rows of the latest positions kept (a new turn resumes within them)
 
@@ -87,45 +87,62 @@ def _assistant_file(spec: str, target, context):
 class MtpDrafter(Drafter):
     name = "mtp"
     needs = DrafterNeeds(hidden_states=True)
-    # (observe is not needed: each feed cuts the layer's cache back to what the target kept)
 
     def __init__(self, head, target, seed: int | None = None) -> None:
         self.head, self.target = head, target
         self.vocab = target.vocab_size
         self.rng = np.random.default_rng(seed)
+        self.sampling = GREEDY  # the target's sampler settings, this turn's
         self._rows: dict[int, np.ndarray] = {}  # position -> the target's row there (the latest HISTORY)
         self._zero = np.zeros(head.hidden_size, np.float32)
         self._held: list[int] = []  # the tokens of the positions its cache holds
-        self.cost_per_token = head.time_step()
+        self._pending: list[tuple[Sequence[int], Features]] = []  # observed, not yet put into the layer's cache
+        self._costs = Costs(head.time_step(), 0.0)
         self.drafted = 0
 
-    def begin(self, prompt: Sequence[int]) -> None:
-        self.target.use_mtp_features()  # another drafter (a bench method, a chat's earlier one) may have switched
-
-    def rows_held(self, context: Sequence[int]) -> int:
-        """The positions its cache holds of ``context``: a prompt cached while another drafter (or none) ran
+    def begin(self, prompt: Sequence[int], turn: Turn = DEFAULT_TURN) -> int:
+        """The positions its cache holds of ``prompt``: a prompt cached while another drafter (or none) ran
         is handed over again, else the layer would draft from a cache with a hole. An assistant keeps no
         cache (it reads the target's): it needs only the target's row before the pending token."""
-        held = common_prefix(self._held, context[:-1])
-        if not self.head.own_cache and held < len(context) - 1:
-            return max(len(context) - 2, 0)
+        self.sampling = turn.sampling
+        self.target.use_mtp_features()  # another drafter (a bench method, a chat's earlier one) may have switched
+        self._catch_up()
+        held = common_prefix(self._held, prompt[:-1])
+        if not self.head.own_cache and held < len(prompt) - 1:
+            return max(len(prompt) - 2, 0)
         return held
 
-    def save_state(self):
+    def costs(self, context: Sequence[int]) -> Costs:
+        return self._costs
+
+    @property
+    def state(self):
         return list(self._held), dict(self._rows), self.head.save()
 
-    def load_state(self, state) -> None:
-        held, rows, cache = state if state is not None else ([], {}, None)
+    @state.setter
+    def state(self, saved) -> None:
+        held, rows, cache = saved if saved is not None else ([], {}, None)
         if not self.head.load(cache):
             held, rows = [], {}  # refused, or nothing saved: its cache holds nothing now
-        self._held, self._rows = list(held), dict(rows)
+        self._held, self._rows, self._pending = list(held), dict(rows), []
 
     def _row(self, pos: int) -> np.ndarray:
         """The target's row at ``pos``; zeros before the start or where it is no longer kept (that pair
         then drafts worse, never wrongly: every draft is verified)."""
         return self._rows.get(pos, self._zero)
 
-    def feed(self, context: Sequence[int], features: Features) -> None:
+    def observe(self, step: Step) -> None:
+        """The step's features go into the layer's cache with the next proposal (drafting or not: each feed
+        cuts the cache back to what the target kept, so no verdict is needed) or at the end of the turn."""
+        if step.features is not None:
+            self._pending.append((step.context, step.features))
+
+    def _catch_up(self) -> None:
+        pending, self._pending = self._pending, []
+        for context, features in pending:
+            self._feed(context, features)
+
+    def _feed(self, context: Sequence[int], features: Features) -> None:
         start, rows = features.start, np.asarray(features.rows, np.float32)
         tokens = list(context[start : start + len(rows)])
         inputs = np.stack([self._row(start - 1), *rows[: len(tokens) - 1]]) if tokens else rows[:0]
@@ -137,10 +154,11 @@ class MtpDrafter(Drafter):
         for pos in [p for p in self._rows if p <= last - HISTORY or p > last]:
             del self._rows[pos]
 
-    def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
-        if features is not None:
-            self.feed(context, features)
-        sampling = self.sampling or GREEDY
+    def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
+        self._catch_up()
+        if max_tokens <= 0:
+            return EMPTY_DRAFT
+        sampling = self.sampling
         pos = len(context) - 1  # the pending token's position (an assistant drafts every token there)
         step = 0 if self.head.same_position else 1
         token, row = int(context[-1]), self._row(pos - 1)
@@ -154,7 +172,8 @@ class MtpDrafter(Drafter):
         self.drafted += len(tokens)
         return Draft.chain(tokens, np.stack(q_rows) if q_rows else None, confidence)
 
-    def figures(self) -> dict:
+    def end(self) -> dict:
+        self._catch_up()  # the turn's last features: the layer's cache stays whole for the next turn
         figures = {"mtp_layers": self.target.mtp_layers, "mtp_drafted": self.drafted}
         self.drafted = 0
         return figures

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.drafters.base import Drafter, DrafterNeeds, check_fit
+from localspec.drafters.base import DEFAULT_TURN, UNTIMED, Costs, Drafter, DrafterNeeds, Turn, check_fit
 from localspec.drafters.draft_model import GREEDY, pick_token, token_probability
 from localspec.errors import ConfigError, ModelError
-from localspec.types import Draft, Features
+from localspec.types import Draft, Step
 
 TREE_WIDTH = 4  # the best next tokens a tree node adds as candidates
 MAX_TREE = 64
@@ -34,7 +34,6 @@ MAX_TREE = 64
 
 class MultiHeadDrafter(Drafter):
     needs = DrafterNeeds(hidden_states=True)
-    cost_per_token = None  # a head pass per stage: timed by the controller on the first (short) draft
 
     def __init__(self, target, heads, seed: int | None = None, tree_nodes: int = 0, width: int = TREE_WIDTH) -> None:
         if tree_nodes:
@@ -46,22 +45,26 @@ class MultiHeadDrafter(Drafter):
         self.tree_nodes, self.width = tree_nodes, width
         self.vocab = target.vocab_size
         self.rng = np.random.default_rng(seed)
+        self.sampling = GREEDY  # the target's sampler settings, this turn's
         self._row: np.ndarray | None = None  # the target's last hidden row ...
         self._at = -1  # ... and its position
         self.drafted = self.trees = 0
 
-    def begin(self, prompt: Sequence[int]) -> None:
+    def begin(self, prompt: Sequence[int], turn: Turn = DEFAULT_TURN) -> None:
+        self.sampling = turn.sampling
         self.target.set_feature_layers((-1,))  # the final normed row; another drafter may have switched them
         self._row, self._at = None, -1
 
-    def feed(self, context: Sequence[int], features: Features) -> None:
-        if len(features.rows):
+    def costs(self, context: Sequence[int]) -> Costs:
+        return UNTIMED  # a head pass per stage: timed by the controller on the first (short) draft
+
+    def observe(self, step: Step) -> None:
+        features = step.features
+        if features is not None and len(features.rows):
             self._row = np.asarray(features.rows[-1], np.float32)
             self._at = features.start + len(features.rows) - 1
 
-    def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
-        if features is not None:
-            self.feed(context, features)
+    def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
         k = min(max_tokens, self.heads.depth)
         if k <= 0 or self._row is None or self._at != len(context) - 2:
             return Draft()  # no row of the position before the pending token (a turn's first step with a cached prompt)
@@ -71,7 +74,7 @@ class MultiHeadDrafter(Drafter):
         return draft
 
     def _chain(self, state, token: int, k: int) -> Draft:
-        sampling = self.sampling or GREEDY
+        sampling = self.sampling
         tokens, q_rows, confidence = [], [], []
         for i in range(k):
             logits, state = self.heads.stage(state, token, i)
@@ -108,7 +111,7 @@ class MultiHeadDrafter(Drafter):
         self.trees += 1
         return Draft(tuple(tokens[i] for i in keep), tuple(-1 if parents[i] < 0 else index[parents[i]] for i in keep))
 
-    def figures(self) -> dict:
+    def end(self) -> dict:
         out = {f"{self.name}_drafted": self.drafted, f"{self.name}_stages": self.heads.depth}
         self.drafted = 0
         return out

@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.drafters.base import Drafter, match_confidence
+from localspec.drafters.base import DEFAULT_TURN, Drafter, Turn, match_confidence
 from localspec.drafters.suffix.store import AnswerStore
 from localspec.drafters.suffix.tree import SuffixTree, TreeDraft
 from localspec.errors import ConfigError
 from localspec.options import option
-from localspec.types import EMPTY_DRAFT, Draft, Features, Verdict
+from localspec.types import EMPTY_DRAFT, Draft, Step
 
 REBUILD_AT = 1.5  # the global tree is rebuilt without the evicted answers past this x the store's bound
 
@@ -97,7 +97,7 @@ class SuffixDrafter(Drafter):
         self._steps = self._match_sum = 0
         self._wins = {"local": 0, "global": 0}
 
-    def begin(self, prompt: Sequence[int]) -> None:
+    def begin(self, prompt: Sequence[int], turn: Turn = DEFAULT_TURN) -> None:
         if self.local_tree is not None:
             self.local_tree.close()
         self.local_tree = SuffixTree(self.params.max_depth)
@@ -106,7 +106,7 @@ class SuffixDrafter(Drafter):
         self._answer = []
         self._reset_figures()
 
-    def propose(self, context: Sequence[int], max_tokens: int, features: Features | None = None) -> Draft:
+    def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
         if self.local_tree is None:
             self.begin(context)
         self.local_tree.extend(context[self._indexed :])
@@ -129,13 +129,16 @@ class SuffixDrafter(Drafter):
         weight = match_confidence(best.match_len)
         return Draft.chain(best.tokens, confidence=[p * weight for p in best.probs])
 
-    def observe(self, verdict: Verdict) -> None:
-        self._answer.extend(verdict.tokens)
+    def observe(self, step: Step) -> None:
+        self._answer.extend(step.emitted)
 
-    def end(self) -> None:
+    def end(self) -> dict:
         """The answer joins the global tree (and the cache on disk)."""
-        if self.store is None or not self._answer:
-            return
+        if self.store is not None and self._answer:
+            self._keep_answer()
+        return self._figures()
+
+    def _keep_answer(self) -> None:
         self.store.add(self._answer)
         if self._tree_tokens + len(self._answer) > REBUILD_AT * self.store.max_tokens:
             self._rebuild_global()  # drop the answers the store evicted (~0.25 s for 200k tokens)
@@ -148,7 +151,7 @@ class SuffixDrafter(Drafter):
             print(f"localspec: could not save the suffix cache: {exc}", file=sys.stderr)
         self._answer = []
 
-    def figures(self) -> dict:
+    def _figures(self) -> dict:
         return {
             "mean_match_len": round(self._match_sum / self._steps, 2) if self._steps else 0.0,
             "wins_local": self._wins["local"],

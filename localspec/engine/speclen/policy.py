@@ -24,8 +24,8 @@ Two kinds of drafter are handled differently:
   pays back within PAYBACK_TOKENS tokens. If they could not pay even with every token accepted, they are
   not run at all; otherwise a probe step now and then keeps the acceptance estimate honest. A probe is
   paid from the exploration budget, its catch-up included, so a costly drafter that does not pay is fed
-  (nearly) nothing. Before a costly drafter has drafted, its own figure (``Drafter.cost_per_token``,
-  timed at load) stands in for the measured draft cost; a drafter of unknown cost is first asked for a
+  (nearly) nothing. Before a costly drafter has drafted, its own figure (``Drafter.costs``'
+  per_token, timed at load) stands in for the measured draft cost; a drafter of unknown cost is first asked for a
   short draft.
 
 A drafter chain (`--drafter suffix+draft`: a copy drafter and a model drafter) has two members, each with
@@ -40,7 +40,7 @@ from collections.abc import Sequence
 
 from localspec.engine.speclen.acceptance import DECAY, AcceptanceEstimator
 from localspec.engine.speclen.costs import CostModel, DraftLine
-from localspec.types import Draft
+from localspec.types import Draft, Step
 
 MAX_K = 64  # `--draft-tokens auto` verifies up to this many draft tokens in one window
 MARGIN = 1.05  # estimates are noisy and a wasted verify costs up to several steps: speculate on clear gains
@@ -84,8 +84,8 @@ class FixedK:
     def trim(self, draft: Draft, draft_s: float, sizes: Sequence[int] | None = None, whole: bool = False) -> int:
         return len(draft)
 
-    def record(self, *step) -> None:
-        """Nothing to learn (AdaptiveK.record's arguments)."""
+    def record(self, step: Step) -> None:
+        """Nothing to learn."""
 
     def reset_drafter(self) -> None:
         pass
@@ -318,27 +318,18 @@ class AdaptiveK:
         """Whether verifying k tokens of a proposal was timed (a tree: whether any tree was)."""
         return self.cost.measured(k + 1) if sizes is None else self.cost.tree_timed
 
-    def record(
-        self,
-        verified: int,
-        accepted: int,
-        emitted: Sequence[int],
-        draft_s: float,
-        verify_s: float,
-        step_s: float,
-        window: int | None = None,
-        tree: bool = False,
-    ) -> None:
-        """The step's outcome: `verified` draft tokens went to the target (a tree: its depth), `accepted` of
-        them passed, `emitted` is what the step output; times in seconds; `window`: the positions the forward
-        took (default verified + 1: a chain), `tree`: they were a tree. A position the exact guard held back counts
-        as not accepted: the window yields nothing there, which is what the plan has to expect (counting
-        only the positions it let through made a draft model look right 90% of the time where 3% of its
-        tokens came through, and the controller drafted 64 at a time)."""
+    def record(self, step: Step) -> None:
+        """The step's outcome (engine/loop.py): ``step.judged`` draft tokens went to the target (a tree: its
+        depth), as many of them passed as the verdict accepted, ``step.emitted`` is what the step output; the
+        forward took ``step.draft`` and the pending token (a chain, or a tree). A position the exact guard held
+        back counts as not accepted: the window yields nothing there, which is what the plan has to expect
+        (counting only the positions it let through made a draft model look right 90% of the time where 3% of
+        its tokens came through, and the controller drafted 64 at a time)."""
+        verified, emitted, step_s, draft = step.judged, step.emitted, step.step_s, step.draft
         self._chosen.append(verified)
-        self.cost.record(window or verified + 1, self._asked, draft_s, verify_s, step_s, tree)
+        self.cost.record(len(draft) + 1, self._asked, step.drafting_s, step.verify_s, step_s, not draft.is_chain)
         self._budget = min(EXPLORE_CAP_S, self._budget + EXPLORE_SHARE * step_s)
-        self.acceptance.record(verified, accepted, emitted)
+        self.acceptance.record(verified, min(step.verdict.accepted, verified), emitted)
         if self._whole_step:
             self._whole = [DECAY * self._whole[0] + len(emitted), DECAY * self._whole[1] + 1]
             self._whole_step = False

@@ -13,11 +13,10 @@ from functools import cache
 from pathlib import Path
 
 from localspec.drafters.context import DrafterContext
-from localspec.drafters.table import DRAFTERS, DrafterSetup, chain_members, drafter_kind, runs_on
+from localspec.drafters.table import DRAFTERS, DrafterSetup, chain_members, drafter_kind, head_drafters, runs_on
 from localspec.errors import ConfigError, LocalspecError
 from localspec.models.registry import (
     ASSISTANT,
-    HEAD_DRAFTERS,
     ModelEntry,
     Registry,
     load_registry,
@@ -242,7 +241,7 @@ def _drafter_setup(args, entry: ModelEntry | None, registry: Registry, backend: 
     known = entry.drafts if entry else ()
     models_toml = {
         ("draft", "model"): known[0] if known else None,
-        **{(d, "head"): entry.head(d, backend) if entry else None for d in HEAD_DRAFTERS},
+        **{(d, "head"): entry.head(d, backend) if entry else None for d in head_drafters()},
         ("mtp", "assistant"): entry.head(ASSISTANT, backend) if entry else None,
     }
     options = {}

@@ -274,10 +274,10 @@ class Session:
         about = self.drafter.describe()
         text += f" · drafter {self.drafter.name}{f' ({about})' if about else ''}, {self.speclen.label}"
         rollback = self.backend.max_rollback  # a recurrent state: drafts no longer than its snapshots reach
-        if getattr(self.backend, "checkpoints", False):
+        if self.backend.checkpoints:
             text += " · recurrent state: saved before each verify window, restored on a rejection"
         elif rollback is not None:
-            snapshots = getattr(self.backend, "snapshot_bytes", 0)
+            snapshots = self.backend.snapshot_bytes
             size = f" ({rollback} snapshots of it, {snapshots / 2**20:.0f} MB)" if snapshots else ""
             text += f" · recurrent state{size}: " + (
                 f"drafts of at most {rollback} tokens" if rollback else "no speculation"

@@ -47,7 +47,7 @@ def test_methods_parse_fixed_k_and_always_include_plain(tmp_path):
     assert methods[2].policy.max_k == 3
     with pytest.raises(ConfigError, match="unknown drafter"):
         make_methods("magic", session(tmp_path), "auto")
-    with pytest.raises(ConfigError, match="goes with eagle"):
+    with pytest.raises(ConfigError, match=r"goes with a drafter that drafts trees \(eagle, "):
         make_methods("ngram#12", session(tmp_path), "auto")
     with pytest.raises(ConfigError, match="expected NAME"):
         make_methods("ngram@3@4", session(tmp_path), "auto")

@@ -6,7 +6,7 @@ import shlex
 import pytest
 
 from localspec.apps.cli import main
-from localspec.apps.export import DEFAULT_K, command, plan, settled_k
+from localspec.apps.export import METHODS, command, plan, settled_k
 from localspec.chat.conversation import Conversation
 from localspec.chat.store import SavedChat
 from localspec.errors import ConfigError
@@ -83,7 +83,7 @@ def test_k_is_what_the_controller_settled_on_in_saved_chats_else_the_default():
     lines = exported("llama3-8b", "ngram", "vllm", chats=chats)
     assert vllm_config(lines)[1]["num_speculative_tokens"] == 6 and "2 saved chat turn(s)" in lines[1]
     lines = exported("llama3-8b", "eagle", "vllm")
-    assert vllm_config(lines)[1]["num_speculative_tokens"] == DEFAULT_K["eagle"] and "default" in lines[1]
+    assert vllm_config(lines)[1]["num_speculative_tokens"] == METHODS["eagle"].k and "default" in lines[1]
 
 
 def test_plain_and_the_default_drafter():

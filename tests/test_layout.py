@@ -12,7 +12,6 @@ Each rule is also shown to fail on a planted violation."""
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
 
 import pytest
@@ -138,40 +137,8 @@ def layout_violations(sources: dict[str, str]) -> list[str]:
     return found
 
 
-# Violations not fixed yet (issue 41, item 2: declared backend attributes, per-backend heads through the
-# drafter table, public views instead of private reads). The list may only shrink: a new violation fails, and
-# so does an entry that no longer occurs (take it off the list).
-NOT_YET = {
-    "localspec.apps.commands: getattr on a backend (getattr(session.backend, 'offloaded_layers', 0))",
-    "localspec.bench.run: getattr on a backend (getattr(backend, 'n_batch', 512))",
-    "localspec.bench.run: getattr on a backend (getattr(backend, 'n_threads', None))",
-    "localspec.bench.run: getattr on a backend (getattr(backend, 'path', None))",
-    "localspec.bench.run: getattr on a backend (getattr(session.backend, 'n_ctx', None))",
-    "localspec.bench.run: getattr on a backend (getattr(session.backend, 'n_threads', None))",
-    "localspec.drafters.dflash.drafter: compares a backend's name (target.name == 'llama.cpp')",
-    "localspec.drafters.dflash.drafter: compares a backend's name (target.name == 'torch')",
-    "localspec.drafters.draft_model: getattr on a backend (getattr(target, 'n_threads', None))",
-    "localspec.drafters.eagle.drafter: compares a backend's name (target.name == 'llama.cpp')",
-    "localspec.drafters.eagle.drafter: compares a backend's name (target.name == 'mlx')",
-    "localspec.drafters.eagle.mlx_head: reads a backend's private target._inner",
-    "localspec.drafters.mtp.drafter: compares a backend's name (target.name != 'llama.cpp')",
-    "localspec.drafters.mtp.drafter: compares a backend's name (target.name == 'torch')",
-    "localspec.drafters.mtp.llama_head: getattr on a backend (getattr(target, 'mtp_layers', 0))",
-    "localspec.drafters.mtp.llama_head: reads a backend's private target._lib",
-    "localspec.drafters.mtp.llama_head: reads a backend's private target._model",
-    "localspec.drafters.multihead.drafter: compares a backend's name (target.name != 'torch')",
-    "localspec.drafters.vocab: getattr on a backend (getattr(draft, what))",
-    "localspec.drafters.vocab: getattr on a backend (getattr(target, what))",
-    "localspec.models.hub: imports the private localspec.models.registry._package_file",
-    "localspec.session: getattr on a backend (getattr(self.backend, 'checkpoints', False))",
-    "localspec.session: getattr on a backend (getattr(self.backend, 'snapshot_bytes', 0))",
-}
-
-
 def test_the_package_keeps_the_layout_rules():
-    found = {re.sub(r":\d+:", ":", v) for v in layout_violations(package_sources())}
-    assert sorted(found - NOT_YET) == [], "new layout violations"
-    assert sorted(NOT_YET - found) == [], "fixed: take these off NOT_YET"
+    assert layout_violations(package_sources()) == []
 
 
 def test_the_wings_are_folders():

@@ -333,7 +333,7 @@ def _train_parser(sub, command: str) -> None:
     train.add_argument(
         "--kind",
         default="eagle",
-        choices=("eagle", "medusa", "mlp"),
+        choices=[kind.name for kind in DRAFTERS.values() if kind.trains],
         help="eagle: an EAGLE head of --layout (--drafter eagle, or dflash); medusa: Medusa heads "
         "(--drafter medusa --medusa-head OUT, torch); mlp: an MLP speculator (--drafter mlp --mlp-head OUT, torch)",
     )

@@ -297,7 +297,7 @@ def _bench_drafters(args) -> int:
         peer, notes = None, []
         if binary:
             peer, peer_types, notes = peer_config(
-                binary, session, peer_types, getattr(session.backend, "offloaded_layers", 0)
+                binary, session, peer_types, session.backend.offloaded_layers
             )
             for note in notes:
                 print(f"localspec bench: {note}", file=sys.stderr)

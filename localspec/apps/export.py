@@ -6,7 +6,7 @@ serve those, not GGUFs). The drafter maps to the engine's own method: suffix →
 ngram → ngram / NGRAM, a draft model → draft_model / STANDALONE, EAGLE-3 → eagle3 / EAGLE3, MTP → mtp /
 NEXTN, DFlash → SGLang's DFLASH, Medusa and MLP speculators → vLLM's medusa / mlp_speculator. K is
 `--draft-tokens` if given, else what the local controller settled on in the saved chats of this model and
-drafter (tokens verified per drafting step), else the method's default below. Nothing is run: the command
+drafter (tokens verified per drafting step), else the method's default (its drafter table row). Nothing is run: the command
 is printed, with a comment saying where each part came from.
 """
 
@@ -18,22 +18,12 @@ from dataclasses import dataclass
 
 from localspec.drafters.ngram import NgramOptions
 from localspec.errors import ConfigError
-from localspec.models.registry import HEAD_DRAFTERS, ModelEntry, Registry
+from localspec.drafters.table import DRAFTERS, head_drafters
+from localspec.models.registry import ModelEntry, Registry
 
 ENGINES = ("vllm", "sglang")
-# K when no saved chat drafted with the method
-DEFAULT_K = {"suffix": 16, "ngram": 5, "draft": 5, "eagle": 4, "mtp": 2, "dflash": 8, "medusa": 4, "mlp": 3}
-# (vLLM speculative_config method, SGLang --speculative-algorithm); None: the engine has no equivalent
-METHODS = {
-    "suffix": ("suffix", None),
-    "ngram": ("ngram", "NGRAM"),
-    "draft": ("draft_model", "STANDALONE"),
-    "eagle": ("eagle3", "EAGLE3"),
-    "mtp": ("mtp", "NEXTN"),
-    "dflash": (None, "DFLASH"),
-    "medusa": ("medusa", None),
-    "mlp": ("mlp_speculator", None),
-}
+# each drafter's cluster method and default K, from its table row (ClusterMethod)
+METHODS = {kind.name: kind.cluster for kind in DRAFTERS.values() if kind.cluster}
 
 
 @dataclass(frozen=True)
@@ -94,7 +84,7 @@ def plan(registry: Registry, model: str, drafter: str | None, engine: str, k: in
         k, turns = found
         k_from = f"what the controller verified per drafting step in {turns} saved chat turn(s)"
     else:
-        k, k_from = DEFAULT_K.get(member, 0), "the method's default (no saved chat of this model drafted with it)"
+        k, k_from = METHODS[member].k if member in METHODS else 0, "the method's default (no saved chat of this model drafted with it)"
     return Export(engine, model, entry.torch_repo, member, k, k_from, draft_repo)
 
 
@@ -105,7 +95,7 @@ def _draft_repo(registry: Registry, entry: ModelEntry, member: str) -> str | Non
             if repo:
                 return repo
         raise ConfigError(f"{entry.name}: none of its draft models in models.toml has a Hugging Face checkpoint")
-    if member in HEAD_DRAFTERS:  # a head models.toml names per backend
+    if member in head_drafters():  # a head models.toml names per backend
         repo = entry.head(member, "torch")
         if not repo:
             raise ConfigError(

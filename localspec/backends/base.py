@@ -46,6 +46,13 @@ class Backend:
     model_name: str = ""
     max_rollback: int | None = None  # the most positions truncate may cut back at once (None: any)
     placement: str = ""  # where the weights went, for the load report ("" when there is nothing to say)
+    path: Path | None = None  # the model file or folder (None: built in memory)
+    n_threads: int | None = None  # CPU threads a forward runs on (None: the library's choice)
+    n_batch: int = 512  # the most tokens one forward takes; longer inputs go in chunks
+    offloaded_layers: int = 0  # layers whose weights went to a GPU
+    checkpoints: bool = False  # the cache saves a state before each verify window (a recurrent model without snapshots)
+    snapshot_bytes: int = 0  # bytes one saved state of a recurrent model takes (0: the cache is cut by position)
+    mtp_layers: int = 0  # the model file's own MTP (next-n) layers, loaded (llama.cpp)
 
     def __init__(self) -> None:
         self._tokens: list[int] = []
@@ -194,7 +201,7 @@ class Backend:
     def cost_key(self) -> str | None:
         """Identifies what verify windows cost on this machine (the controller's curve is kept per key):
         the model file (path, size, mtime), the backend and its build. None: nothing to key it by."""
-        path = getattr(self, "path", None)
+        path = self.path
         try:
             stat = Path(path).stat() if path is not None else None
         except OSError:

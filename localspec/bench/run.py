@@ -29,6 +29,7 @@ from pathlib import Path
 
 from localspec.backends.gguf_meta import mtp_layers
 from localspec.bench.peer import SPEC_TYPES, ServerConfig, find_llama_server, running
+from localspec.drafters.table import DRAFTERS, drafter_kind
 from localspec.errors import ConfigError, LocalspecError
 from localspec.models.app_stores import is_gguf
 from localspec.session import Runner, Session
@@ -118,15 +119,16 @@ def _make_method(item: str, session: Session, default_k, cache_dir: Path | None)
     )
     if not match or (match.group(2) and match.group(4)):
         raise ConfigError(
-            f"--drafters {item!r}: expected NAME, NAME@K or eagle#N (trees of N tokens), optionally +exact"
+            f"--drafters {item!r}: expected NAME, NAME@K or NAME#N (trees of N tokens: eagle#16), optionally +exact"
         )
     name, k, tree = match.group(1), match.group(2) or match.group(4), match.group(3)
     options, members = {}, name.split("+")
     if cache_dir and "suffix" in members:
         options["cache_dir"] = str(cache_dir)
     if tree:
-        if "eagle" not in members:
-            raise ConfigError(f"--drafters {item!r}: #N (tree size) goes with eagle, e.g. eagle#16")
+        if not any(drafter_kind(m).trees for m in members):
+            trees = ", ".join(kind.name for kind in DRAFTERS.values() if kind.trees)
+            raise ConfigError(f"--drafters {item!r}: #N (tree size) goes with a drafter that drafts trees ({trees})")
         options["tree"] = int(tree)
     # LOCALSPEC_NO_COST_CACHE=1 benchmarks the very first start (no measured cost curve)
     k = k or (1 if name == "none" else default_k)
@@ -163,7 +165,7 @@ def peer_config(
     """The server settings mirroring the session (model, context, threads, batch), the types that can run,
     and notes on those that cannot."""
     backend = session.backend
-    model = Path(getattr(backend, "path", None) or "")
+    model = Path(backend.path or "")
     if not is_gguf(model):
         raise ConfigError(
             f"--peer llama-server needs a GGUF model on the llama.cpp backend; the {backend.name} "
@@ -189,8 +191,8 @@ def peer_config(
         binary,
         model,
         n_ctx=backend.n_ctx,
-        threads=getattr(backend, "n_threads", None) or 1,
-        n_batch=getattr(backend, "n_batch", 512),
+        threads=backend.n_threads or 1,
+        n_batch=backend.n_batch,
         gpu_layers=gpu_layers,
         draft_model=draft,
         eagle_head=Path(head) if head and "draft-eagle3" in types else None,
@@ -255,8 +257,8 @@ def run_bench(
         "model": session.model_name,
         "backend": session.backend.name,
         "machine": platform.processor() or platform.machine(),
-        "threads": getattr(session.backend, "n_threads", None),
-        "ctx": getattr(session.backend, "n_ctx", None),
+        "threads": session.backend.n_threads,
+        "ctx": session.backend.n_ctx,
         "date": time.strftime("%Y-%m-%d"),
         "sampling": asdict(session.sampling),
         "repeats": repeats,

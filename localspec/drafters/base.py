@@ -16,7 +16,7 @@ takes the target in its constructor.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -45,6 +45,16 @@ class DrafterNeeds:
     feature_layers: bool = False  # ... of the layers the drafter picks (set_feature_layers)
     tree_attention: bool = False  # tree drafts, verified by forward_tree and accept_path
     outputs: bool = False  # the target's argmax after every verified draft node, in the step record (lookahead)
+
+
+def head_for(heads: Mapping[str, Callable], target: Backend, what: str) -> Callable:
+    """A head drafter's loader for the target's backend, from its family's ``HEADS`` (backend name -> loader;
+    the family's table row carries it, and the backends it runs on are its keys)."""
+    try:
+        return heads[target.name]
+    except KeyError:
+        choices = ", ".join(f"--backend {b}" for b in heads)
+        raise ConfigError(f"{what} run on {' and '.join(heads)}, not on the {target.name} backend ({choices})") from None
 
 
 def check_fit(backend: Backend | None, drafter: Drafter) -> None:

@@ -56,7 +56,7 @@ def build(target: Backend | None, options: DraftOptions, context) -> DraftModelD
             "models.toml lists no draft for this model"
         )
     path = context.find_model(spec) if context.find_model else spec
-    draft = load_backend(target.name, path, n_ctx=target.n_ctx, n_threads=getattr(target, "n_threads", None))
+    draft = load_backend(target.name, path, n_ctx=target.n_ctx, n_threads=target.n_threads)
     try:
         shared = shared_vocab(target, draft, context.known_drafts)
     except BaseException:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
+from typing import NamedTuple
 
 from localspec.backends.base import Backend
 from localspec.drafters import draft_model, ngram, random
@@ -23,6 +24,18 @@ from localspec.errors import ConfigError
 from localspec.options import OptionInfo, describe
 
 
+ALL_BACKENDS = ("llama.cpp", "mlx", "torch")
+
+
+class ClusterMethod(NamedTuple):
+    """What `localspec export` writes for a drafter: the cluster engines' own name of the method (None: the
+    engine has none) and K when no saved chat drafted with it."""
+
+    vllm: str | None  # vLLM's speculative_config method
+    sglang: str | None  # SGLang's --speculative-algorithm
+    k: int
+
+
 @dataclass(frozen=True)
 class DrafterKind:
     name: str
@@ -31,7 +44,16 @@ class DrafterKind:
     options: type | None  # its options dataclass (None: it has none)
     build: Callable[[Backend | None, object, DrafterContext], Drafter]
     role: str = ""  # in a chain (COPY+MODEL): "copy" (a free lookup) or "model" (drafting costs forwards)
-    backends: tuple[str, ...] = ("llama.cpp", "mlx", "torch")  # the backends it runs on
+    # the backends it runs on; a head drafter's are the keys of its family's per-backend loaders (HEADS)
+    backends: tuple[str, ...] = ALL_BACKENDS
+    head: bool = False  # models.toml names its head per backend ([models.NAME.<drafter>]); `pull` fetches it
+    trains: bool = False  # `localspec train-drafter --kind NAME` makes its heads
+    cluster: ClusterMethod | None = None  # what `localspec export` writes (None: no cluster engine runs it)
+
+    @property
+    def trees(self) -> bool:
+        """Whether it drafts trees on request (its options have ``tree``: bench's NAME#N)."""
+        return self.options is not None and "tree" in {f.name for f in fields(self.options)}
 
     def option_infos(self) -> list[OptionInfo]:
         return describe(self.options, self.name) if self.options else []
@@ -63,6 +85,7 @@ DRAFTERS: dict[str, DrafterKind] = {
             ngram.NgramOptions,
             ngram.build,
             "copy",
+            cluster=ClusterMethod("ngram", "NGRAM", 5),
         ),
         DrafterKind(
             "suffix",
@@ -71,6 +94,7 @@ DRAFTERS: dict[str, DrafterKind] = {
             suffix.SuffixOptions,
             suffix.build,
             "copy",
+            cluster=ClusterMethod("suffix", None, 16),
         ),
         DrafterKind(
             "draft",
@@ -79,6 +103,7 @@ DRAFTERS: dict[str, DrafterKind] = {
             draft_model.DraftOptions,
             draft_model.build,
             "model",
+            cluster=ClusterMethod("draft_model", "STANDALONE", 5),
         ),
         DrafterKind(
             "eagle",
@@ -87,6 +112,10 @@ DRAFTERS: dict[str, DrafterKind] = {
             eagle.EagleOptions,
             eagle.build,
             "model",
+            tuple(eagle.HEADS),
+            head=True,
+            trains=True,
+            cluster=ClusterMethod("eagle3", "EAGLE3", 4),
         ),
         DrafterKind(
             "mtp",
@@ -95,7 +124,8 @@ DRAFTERS: dict[str, DrafterKind] = {
             mtp.MtpOptions,
             mtp.build,
             "model",
-            ("llama.cpp", "torch"),
+            tuple(mtp.BUILDS),
+            cluster=ClusterMethod("mtp", "NEXTN", 2),
         ),
         DrafterKind(
             "dflash",
@@ -104,7 +134,9 @@ DRAFTERS: dict[str, DrafterKind] = {
             dflash.DFlashOptions,
             dflash.build,
             "model",
-            ("llama.cpp", "torch"),
+            tuple(dflash.HEADS),
+            head=True,
+            cluster=ClusterMethod(None, "DFLASH", 8),
         ),
         DrafterKind(
             "dspark",
@@ -113,7 +145,8 @@ DRAFTERS: dict[str, DrafterKind] = {
             dflash.DFlashOptions,
             dflash.build_dspark,
             "model",
-            ("llama.cpp", "torch"),
+            tuple(dflash.HEADS),
+            head=True,
         ),
         DrafterKind(
             "medusa",
@@ -122,7 +155,10 @@ DRAFTERS: dict[str, DrafterKind] = {
             medusa.MedusaOptions,
             medusa.build,
             "model",
-            ("torch",),
+            tuple(medusa.HEADS),
+            head=True,
+            trains=True,
+            cluster=ClusterMethod("medusa", None, 4),
         ),
         DrafterKind(
             "mlp",
@@ -131,7 +167,10 @@ DRAFTERS: dict[str, DrafterKind] = {
             mlp_speculator.MlpOptions,
             mlp_speculator.build,
             "model",
-            ("torch",),
+            tuple(mlp_speculator.HEADS),
+            head=True,
+            trains=True,
+            cluster=ClusterMethod("mlp_speculator", None, 3),
         ),
         DrafterKind(
             "lookahead",
@@ -158,6 +197,11 @@ def drafter_kind(name: str) -> DrafterKind:
         return DRAFTERS[name]
     except KeyError:
         raise ConfigError(f"unknown drafter {name!r}; choose one of: {', '.join(DRAFTERS)}") from None
+
+
+def head_drafters() -> tuple[str, ...]:
+    """The drafters whose heads models.toml names per backend."""
+    return tuple(kind.name for kind in DRAFTERS.values() if kind.head)
 
 
 def chain_members(name: str) -> tuple[DrafterKind, ...]:

@@ -37,10 +37,9 @@ def _first_difference(target: Backend, draft: Backend) -> tuple[str, int]:
                 f"vocabulary sizes {draft.vocab_size} vs {target.vocab_size}, and id {token} of "
                 f"{bigger.model_name} is a real token ({bigger.token_text(token)!r}), not padding"
             ), 0
-    for what in ("bos_token", "eos_token"):
-        a, b = getattr(target, what), getattr(draft, what)
+    for what, a, b in (("bos token", target.bos_token, draft.bos_token), ("eos token", target.eos_token, draft.eos_token)):
         if a != b:
-            return f"{what.replace('_', ' ')} {b} vs the target's {a}", 0
+            return f"{what} {b} vs the target's {a}", 0
     eog_t = {t for t in target.eog_tokens if t < shared}
     eog_d = {t for t in draft.eog_tokens if t < shared}
     if eog_t != eog_d:

@@ -19,7 +19,6 @@ from pathlib import Path
 from localspec.errors import ConfigError, LocalspecError, ModelError
 from localspec.models.app_stores import Stores, found_prefix
 from localspec.models.registry import (
-    HEAD_DRAFTERS,
     ModelEntry,
     Registry,
     gguf_on_disk,
@@ -93,7 +92,9 @@ def pull(
             d = registry.get(draft)
             if backend in d.sources():
                 done.append(_pull_one(d, backend, None, None, say))
-        for drafter in HEAD_DRAFTERS:
+        from localspec.drafters.table import head_drafters
+
+        for drafter in head_drafters():
             head = entry.head(drafter, backend)
             if head:
                 done.append(_pull_head(entry, drafter, head, backend, done[0].path, say))
@@ -391,10 +392,10 @@ def _local_files(entry: ModelEntry) -> list[tuple[str, Path]]:
     if entry.path:
         return [("llama.cpp", Path(entry.path))]
     if entry.embedded:
-        from localspec.models.registry import _package_file
+        from localspec.models.registry import package_file
 
         package, _, file = entry.embedded.partition("/")
-        found = _package_file(package, file)
+        found = package_file(package, file)
         if found:
             return [("llama.cpp", found)]
     return []

@@ -45,7 +45,6 @@ _ENTRY_KEYS = {
 _GGUF_KEYS = {"repo": str, "quant": str, "files": dict}
 _REPO_KEYS = {"repo": str}
 _HEAD_KEYS = {"torch": str, "mlx": str, "llama.cpp": str}
-HEAD_DRAFTERS = ("eagle", "dflash", "dspark", "medusa", "mlp")  # drafters whose heads models.toml names per backend
 ASSISTANT = "mtp"  # [models.NAME.mtp] "llama.cpp" = "repo/file.gguf": a model's own MTP drafter (Gemma-4's assistant)
 
 
@@ -65,7 +64,7 @@ class ModelEntry:
     gguf_files: dict = field(default_factory=dict)  # quantization -> file in gguf_repo
     mlx_repo: str | None = None
     torch_repo: str | None = None
-    heads: dict = field(default_factory=dict)  # head drafter (HEAD_DRAFTERS) -> backend -> repo
+    heads: dict = field(default_factory=dict)  # head drafter (the table's head_drafters()) -> backend -> repo
     drafter_tables: dict = field(default_factory=dict)  # drafter name -> its options for this model (raw TOML)
     where: str = ""  # the file this entry came from, for messages
     exact: bool | None = None  # bit-identical greedy output for this model (`--exact`); None: not said
@@ -85,7 +84,7 @@ class ModelEntry:
         return hub_file(spec) if spec else None
 
     def head(self, drafter: str, backend: str) -> str | None:
-        """The repo of the ``drafter`` head (one of HEAD_DRAFTERS) models.toml names for ``backend``."""
+        """The repo of the ``drafter`` head (a head drafter of the drafter table) models.toml names for ``backend``."""
         return self.heads.get(drafter, {}).get(backend)
 
     def sources(self) -> list[str]:
@@ -181,7 +180,10 @@ def _entry(name: str, table, where: str) -> ModelEntry:
         raise ConfigError(f"{here}: must be a table")
     drafter_tables = {k: v for k, v in table.items() if k not in _ENTRY_KEYS and isinstance(v, dict)}
     _check_keys({k: v for k, v in table.items() if k not in drafter_tables}, _ENTRY_KEYS, here)
-    subtables = {"gguf": _GGUF_KEYS, "mlx": _REPO_KEYS, "torch": _REPO_KEYS} | dict.fromkeys(HEAD_DRAFTERS, _HEAD_KEYS)
+    from localspec.drafters.table import head_drafters  # (the table's drafters read models.toml's files)
+
+    heads = head_drafters()
+    subtables = {"gguf": _GGUF_KEYS, "mlx": _REPO_KEYS, "torch": _REPO_KEYS} | dict.fromkeys(heads, _HEAD_KEYS)
     for key, allowed in (subtables | {ASSISTANT: {"llama.cpp": str}}).items():
         _check_keys(table.get(key, {}), allowed, f"{where}, [models.{name}.{key}]")
     for spec in table.get(ASSISTANT, {}).values():
@@ -219,7 +221,7 @@ def _entry(name: str, table, where: str) -> ModelEntry:
         dict(gguf.get("files", {})),
         table.get("mlx", {}).get("repo"),
         table.get("torch", {}).get("repo"),
-        {d: dict(table[d]) for d in (*HEAD_DRAFTERS, ASSISTANT) if d in table},
+        {d: dict(table[d]) for d in (*heads, ASSISTANT) if d in table},
         drafter_tables,
         where,
         table.get("exact"),
@@ -285,7 +287,7 @@ def _gguf_path(entry: ModelEntry, spec: str, quant: str | None) -> Path:
         return Path(entry.path)
     if entry.embedded:
         package, _, file = entry.embedded.partition("/")
-        found = _package_file(package, file)
+        found = package_file(package, file)
         if found is not None:
             return found
     if entry.gguf_repo:
@@ -322,7 +324,7 @@ def _found(spec: str) -> tuple[str, Path]:
     return model.name, model.path
 
 
-def _package_file(package: str, file: str) -> Path | None:
+def package_file(package: str, file: str) -> Path | None:
     # find_spec locates the package without importing it (a model package may import things we lack)
     spec = importlib.util.find_spec(package)
     for folder in (spec.submodule_search_locations or []) if spec else []:

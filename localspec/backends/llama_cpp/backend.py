@@ -201,6 +201,16 @@ class LlamaCppBackend(Backend):
         return int(per * n)
 
     @property
+    def lib(self):
+        """The llama.cpp library the model was loaded with: a side context beside it uses the same."""
+        return self._lib
+
+    @property
+    def model_handle(self):
+        """The loaded ``llama_model``: a side context of type MTP runs on the target's own weights."""
+        return self._model
+
+    @property
     def n_params(self) -> int:
         """The model's parameter count, as llama.cpp counts it."""
         return int(self._lib.llama_model_n_params(self._model))

@@ -166,6 +166,12 @@ class MlxBackend(ModelBackend):
         self.prefill(kept)
 
     @property
+    def decoder(self):
+        """The model's decoder stack (embeddings, layers, norm), read-only, for a head that runs on the
+        target's layers (EAGLE on MLX); None when the model has no such stack."""
+        return self._inner
+
+    @property
     def checkpoints(self) -> bool:
         """Whether the cache rolls back from snapshots of a recurrent state (the load report says so)."""
         return self._snapshots is not None

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.drafters.base import DEFAULT_TURN, Drafter, DrafterNeeds, Turn, check_fit
+from localspec.drafters.base import DEFAULT_TURN, Drafter, DrafterNeeds, Turn, check_fit, head_for
 from localspec.drafters.draft_model import GREEDY, pick_token, token_probability
 from localspec.drafters.eagle.drafter import eagle_folder
 from localspec.drafters.feature_feed import FeatureFeed, FedByFeatures
@@ -61,24 +61,35 @@ def _build(cls, target, options: DFlashOptions, context) -> DFlashDrafter:
 
 
 def load_head(spec: str, target):
-    """The head for the target's backend: torch reads the Hugging Face layout, llama.cpp a dflash GGUF."""
+    """The head for the target's backend (``HEADS``): torch reads the Hugging Face layout, llama.cpp a dflash
+    GGUF."""
     from localspec.drafters.eagle.llama_head import is_gguf_head
 
     path = Path(spec).expanduser() if is_gguf_head(spec) else eagle_folder(spec)
-    if target.name == "torch":
-        from localspec.drafters.dflash.torch_head import TorchDFlashHead
+    return head_for(HEADS, target, "DFlash/DSpark heads")(path, target)
 
-        if is_gguf_head(path):
-            raise ConfigError(f"{path.name}: on torch a DFlash head is a Hugging Face folder, not a GGUF file")
-        return TorchDFlashHead(path, target)
-    if target.name == "llama.cpp":
-        from localspec.drafters.dflash.gguf import gguf_head_for
-        from localspec.drafters.dflash.llama_head import LlamaDFlashHead
 
-        if not is_gguf_head(path):
-            path = gguf_head_for(path, target.path)
-        return LlamaDFlashHead(path, target)
-    raise ConfigError(f"DFlash/DSpark heads run on torch and llama.cpp, not the {target.name} backend yet")
+def _torch_head(path: Path, target):
+    from localspec.drafters.dflash.torch_head import TorchDFlashHead
+    from localspec.drafters.eagle.llama_head import is_gguf_head
+
+    if is_gguf_head(path):
+        raise ConfigError(f"{path.name}: on torch a DFlash head is a Hugging Face folder, not a GGUF file")
+    return TorchDFlashHead(path, target)
+
+
+def _llama_head(path: Path, target):
+    from localspec.drafters.dflash.gguf import gguf_head_for
+    from localspec.drafters.dflash.llama_head import LlamaDFlashHead
+    from localspec.drafters.eagle.llama_head import is_gguf_head
+
+    if not is_gguf_head(path):
+        path = gguf_head_for(path, target.path)
+    return LlamaDFlashHead(path, target)
+
+
+# the head loader per backend (the table rows' of dflash and dspark; its keys are the backends they run on)
+HEADS = {"llama.cpp": _llama_head, "torch": _torch_head}
 
 
 class DFlashDrafter(FedByFeatures, Drafter):

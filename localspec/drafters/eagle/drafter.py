@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.drafters.base import DEFAULT_TURN, Drafter, DrafterNeeds, Turn, check_fit
+from localspec.drafters.base import DEFAULT_TURN, Drafter, DrafterNeeds, Turn, check_fit, head_for
 from localspec.drafters.draft_model import GREEDY, pick_token
 from localspec.drafters.eagle.torch_head import TREE_SLOTS, head_summary, load_eagle_head
 from localspec.drafters.feature_feed import FeatureFeed, FedByFeatures
@@ -99,16 +99,7 @@ class EagleDrafter(FedByFeatures, Drafter):
         check_fit(target, self)
         if tree_nodes < 0 or tree_width < 1 or tree_nodes > TREE_SLOTS // 2:
             raise ConfigError(f"--eagle-tree must be 0 (chains) or 1..{TREE_SLOTS // 2} nodes, got {tree_nodes}")
-        if head is not None:
-            self.head = head
-        elif target.name == "mlx":
-            from localspec.drafters.eagle.mlx_head import MlxEagleHead
-
-            self.head = MlxEagleHead(Path(head_folder), target)
-        elif target.name == "llama.cpp":
-            self.head = _llama_head(Path(head_folder), target)
-        else:
-            self.head = load_eagle_head(Path(head_folder), target)
+        self.head = head if head is not None else head_for(HEADS, target, "EAGLE heads")(Path(head_folder), target)
         self.target = target
         target.set_feature_layers(self.head.feature_layers)
         self.target_vocab = target.vocab_size
@@ -223,3 +214,14 @@ def _llama_head(path: Path, target):
             f"EAGLE-3 folder, or run this head with --backend torch"
         )
     return LlamaEagle3Head(path, target)
+
+
+def _mlx_head(folder: Path, target):
+    """An EAGLE head on the MLX backend (chains; mlx_head.py)."""
+    from localspec.drafters.eagle.mlx_head import MlxEagleHead
+
+    return MlxEagleHead(folder, target)
+
+
+# the head loader per backend (the table row's; its keys are the backends eagle runs on)
+HEADS = {"llama.cpp": _llama_head, "mlx": _mlx_head, "torch": load_eagle_head}

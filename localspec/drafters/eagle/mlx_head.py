@@ -64,13 +64,13 @@ class MlxEagleHead:
 
         config, state = _load(folder)
         args = target.model.args
-        self.inner = target._inner
+        self.inner = target.decoder
         # the target's LM head (tied embeddings have none of their own)
         self.target_head = target.model.lm_head if "lm_head" in target.model else self.inner.embed_tokens.as_linear
         h = int(args.hidden_size)
         self.target_vocab = target.vocab_size
         try:
-            layout = eagle_layout(config, state, h, len(target._inner.layers), self.target_vocab)
+            layout = eagle_layout(config, state, h, len(target.decoder.layers), self.target_vocab)
         except (ConfigError, ModelError) as exc:
             raise type(exc)(f"{folder}: {exc}") from exc
         self.version, self.feature_layers = layout.version, layout.feature_layers

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.drafters.base import DEFAULT_TURN, Costs, Drafter, DrafterNeeds, Turn
+from localspec.drafters.base import DEFAULT_TURN, Costs, Drafter, DrafterNeeds, Turn, head_for
 from localspec.drafters.draft_model import GREEDY, pick_token, token_probability
 from localspec.errors import ConfigError, ModelError
 from localspec.models.registry import hf_cached, hub_file
@@ -39,20 +39,23 @@ class MtpOptions:
 
 
 def build(target, options: MtpOptions | None, context) -> Drafter:
-    """The MTP layer of the target: llama.cpp's (a GGUF that carries it), or MiMo's on torch."""
-    from localspec.drafters.mtp.llama_head import LlamaMtpHead
-
+    """The MTP layer of the target: llama.cpp's (a GGUF that carries it), or MiMo's on torch (``BUILDS``)."""
     if target is None:
         raise ConfigError("the mtp drafter needs a loaded target model")
-    if target.name == "torch":
-        from localspec.drafters.mtp.torch_head import TorchMtpDrafter
+    return head_for(BUILDS, target, "MTP drafters (a GGUF that carries the MTP layers; MiMo on torch)")(
+        target, options, context
+    )
 
-        return TorchMtpDrafter(target, context.seed)
-    if target.name != "llama.cpp":
-        raise ConfigError(
-            f"--drafter mtp runs on llama.cpp (a GGUF that carries the MTP layers) and on torch (MiMo); the "
-            f"{target.name} backend has no MTP drafter yet"
-        )
+
+def _build_torch(target, options: MtpOptions | None, context) -> Drafter:
+    from localspec.drafters.mtp.torch_head import TorchMtpDrafter
+
+    return TorchMtpDrafter(target, context.seed)
+
+
+def _build_llama(target, options: MtpOptions | None, context) -> Drafter:
+    from localspec.drafters.mtp.llama_head import LlamaMtpHead
+
     spec = options.assistant if options else None
     if spec:
         from localspec.drafters.mtp.llama_head import LlamaAssistantHead
@@ -183,3 +186,8 @@ class MtpDrafter(Drafter):
 
     def close(self) -> None:
         self.head.close()
+
+
+# the drafter's builder per backend (the table row's; its keys are the backends mtp runs on): on torch the
+# MTP layer drafts as an EAGLE head does, on llama.cpp in a side context of the target's own model
+BUILDS = {"llama.cpp": _build_llama, "torch": _build_torch}

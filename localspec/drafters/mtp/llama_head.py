@@ -84,7 +84,7 @@ class LlamaMtpHead(_RowHead):
     what = "the MTP layer"
 
     def __init__(self, target) -> None:
-        if not getattr(target, "mtp_layers", 0):
+        if not target.mtp_layers:
             raise ConfigError(
                 f"{target.model_name} has no MTP layers ({target.metadata('general.architecture')}."
                 f"nextn_predict_layers is 0 in its GGUF): use a GGUF that keeps them (e.g. a Qwen3.5 '-MTP' "
@@ -96,9 +96,9 @@ class LlamaMtpHead(_RowHead):
                 f"{target.model_name} declares {target.mtp_layers} MTP layers, but llama.cpp runs one MTP layer "
                 f"of a {arch} model (chained layers: {', '.join(sorted(CHAINED_ARCHS))}); use another drafter"
             )
-        self._lib = target._lib
+        self._lib = target.lib
         try:
-            self._open(target._model, side_params(target, target.n_ctx + SLACK), target)
+            self._open(target.model_handle, side_params(target, target.n_ctx + SLACK), target)
         except BaseException:
             self.close()
             raise
@@ -198,7 +198,7 @@ class LlamaAssistantHead(_RowHead):
                 f"{self.path.name} drafts for a Gemma-4 model {width} wide; {target.model_name} is a {arch} "
                 f"model {target.hidden_size} wide: it belongs to another"
             )
-        lib = self._lib = target._lib
+        lib = self._lib = target.lib
         params = lib.llama_model_default_params()
         params.n_gpu_layers = target.offloaded_layers
         self._model = lib.llama_model_load_from_file(str(self.path).encode(), params)

@@ -18,12 +18,12 @@ against the residual (exact at any temperature).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from localspec.drafters.base import DEFAULT_TURN, UNTIMED, Costs, Drafter, DrafterNeeds, Turn, check_fit
+from localspec.drafters.base import DEFAULT_TURN, UNTIMED, Costs, Drafter, DrafterNeeds, Turn, check_fit, head_for
 from localspec.drafters.draft_model import GREEDY, pick_token, token_probability
 from localspec.errors import ConfigError, ModelError
 from localspec.types import Draft, Step
@@ -121,19 +121,21 @@ class MultiHeadDrafter(Drafter):
         return f"{self.heads.describe()}, {shape}"
 
 
-def build_on_torch(target, options, context, drafter: type[MultiHeadDrafter], heads: type, what: str):
-    """The drafter with its heads from ``options.head`` (a folder or a downloaded repo); torch only."""
+def build_with_heads(target, options, context, drafter: type[MultiHeadDrafter], heads: Mapping, what: str):
+    """The drafter with its heads from ``options.head`` (a folder or a downloaded repo), loaded by the loader
+    ``heads`` (backend name -> loader) lists for the target's backend."""
     from localspec.drafters.eagle.drafter import eagle_folder
 
     name = drafter.name
-    if target is None or target.name != "torch":
-        raise ConfigError(f"--drafter {name} runs on the torch backend (--backend torch)")
+    if target is None:
+        raise ConfigError(f"--drafter {name} needs a loaded target model")
+    load = head_for(heads, target, f"--drafter {name}'s heads")
     if not options.head:
         raise ConfigError(
             f"--drafter {name} needs --{name}-head FOLDER|REPO ({what}; `localspec train-drafter --kind {name}` "
             f"makes one)"
         )
-    return drafter(target, heads(eagle_folder(options.head), target), context.seed, tree_nodes=options.tree)
+    return drafter(target, load(eagle_folder(options.head), target), context.seed, tree_nodes=options.tree)
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:

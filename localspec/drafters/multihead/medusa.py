@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.drafters.multihead.drafter import MultiHeadDrafter, build_on_torch, check_width, config_json, read_state
+from localspec.drafters.multihead.drafter import MultiHeadDrafter, build_with_heads, check_width, config_json, read_state
 from localspec.errors import ModelError
 from localspec.options import option
 
@@ -41,8 +41,8 @@ class MedusaDrafter(MultiHeadDrafter):
 
 
 def build(target, options, context) -> MedusaDrafter:
-    return build_on_torch(
-        target, options, context, MedusaDrafter, MedusaHeads, what="config.json + medusa_lm_head.safetensors or .pt"
+    return build_with_heads(
+        target, options, context, MedusaDrafter, HEADS, what="config.json + medusa_lm_head.safetensors or .pt"
     )
 
 
@@ -117,3 +117,6 @@ def _canonical(state: dict) -> dict:
         layers = sum(1 for k in out if k.startswith(f"{i}.") and k.endswith(".linear.weight"))
         out[f"{i}.{layers}.weight"] = value
     return out
+
+
+HEADS = {"torch": MedusaHeads}  # the head loader per backend (the table row's; its keys are the backends it runs on)

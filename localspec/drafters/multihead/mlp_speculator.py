@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.drafters.multihead.drafter import MultiHeadDrafter, build_on_torch, check_width, config_json, read_state
+from localspec.drafters.multihead.drafter import MultiHeadDrafter, build_with_heads, check_width, config_json, read_state
 from localspec.errors import ConfigError, ModelError
 from localspec.options import option
 
@@ -47,8 +47,8 @@ class MlpDrafter(MultiHeadDrafter):
 
 
 def build(target, options, context) -> MlpDrafter:
-    return build_on_torch(
-        target, options, context, MlpDrafter, MlpSpeculator, what="an MLP speculator: config.json + model.safetensors"
+    return build_with_heads(
+        target, options, context, MlpDrafter, HEADS, what="an MLP speculator: config.json + model.safetensors"
     )
 
 
@@ -126,3 +126,6 @@ class MlpSpeculator:
 
     def describe(self) -> str:
         return f"MLP speculator: {self.depth} stages, inner width {self.inner}"
+
+
+HEADS = {"torch": MlpSpeculator}  # the head loader per backend (the table row's; its keys are the backends it runs on)

@@ -1,5 +1,5 @@
 """A drafter chain against each of its members on simulated machines (virtual clock, scripted models: the
-setup of tests/test_chain.py): a 300-token greedy answer with two repeated spans (120 tokens) that a copy
+setup of tests/drafters/test_chain.py): a 300-token greedy answer with two repeated spans (120 tokens) that a copy
 drafter knows, on a GPU-like machine where a draft model (the target's logits plus noise, about half its
 picks right) pays, and on this project's 2-core CPU shape where it does not. Seconds are virtual: exact and
 repeatable, so they show the controller's choices, not a machine's speed. Writes JSON.
@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import fakes  # noqa: E402
+import support.fakes as fakes  # noqa: E402
 import test_chain as scenario  # noqa: E402
-from test_draft_model import CPU_SHAPE, GPU_SHAPE, machine  # noqa: E402
+from support.draft_machine import CPU_SHAPE, GPU_SHAPE, machine  # noqa: E402
 
 from localspec.drafters.base import NoDrafter  # noqa: E402
 from localspec.drafters.chain import ChainDrafter  # noqa: E402

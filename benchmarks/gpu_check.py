@@ -11,7 +11,7 @@ depend on the weights' values). Measured:
   bandwidth, and the share of it reached;
 - the verify-cost curve: a chain window of k tokens, and a tree of k nodes, k = 1..64, against one step;
 - EAGLE-3 drafting cost per step at K = 4, chains and trees of 8 nodes;
-- tests/test_cuda.py, run by pytest.
+- tests/backends/torch/test_cuda.py, run by pytest.
 
 Plain decoding and the verify curves are measured twice: with the ordinary eager step, and with the
 fixed-shape step captured as CUDA graphs (backends/torch_graphs.py; run eagerly where there is no CUDA).
@@ -242,7 +242,15 @@ def run_cuda_tests() -> dict:
         return {"ran": False, "why": "pytest is not installed"}
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests" / "test_cuda.py")],
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                str(ROOT / "tests" / "backends" / "torch" / "test_cuda.py"),
+            ],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -288,7 +296,7 @@ def main(argv=None) -> int:
     ap.add_argument("out", type=Path, help="folder for gpu-check.json")
     ap.add_argument("--tiny", action="store_true", help="tiny shapes (a CPU run: seconds)")
     ap.add_argument("--device", default=None, help="torch device (default: cuda when there is one, else cpu)")
-    ap.add_argument("--no-tests", action="store_true", help="do not run tests/test_cuda.py")
+    ap.add_argument("--no-tests", action="store_true", help="do not run tests/backends/torch/test_cuda.py")
     args = ap.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     run, cfg = (TINY_RUN, TINY) if args.tiny else (FULL_RUN, LLAMA31_8B)

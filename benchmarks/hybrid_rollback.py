@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from tiny_hybrid import write_tiny_qwen35  # noqa: E402
+from support.tiny_hybrid import write_tiny_qwen35  # noqa: E402
 
 import localspec.backends.llama_cpp.backend as llama  # noqa: E402
 from localspec.backends.llama_cpp.backend import RS_SNAPSHOTS, LlamaCppBackend  # noqa: E402
@@ -58,7 +58,11 @@ def main() -> None:
                 }
             )
             print(rows[-1])
-    report = {"model": "tiny random qwen35 (tests/tiny_hybrid.py)", "context": args.context, "n_rs_seq": RS_SNAPSHOTS}
+    report = {
+        "model": "tiny random qwen35 (tests/support/tiny_hybrid.py)",
+        "context": args.context,
+        "n_rs_seq": RS_SNAPSHOTS,
+    }
     checkpoints = checkpoint_rows(path, args)
     turns = turn_rows(path, args)
     report |= {"rows": rows, "checkpoint_mode": checkpoints, "new_turn": turns}

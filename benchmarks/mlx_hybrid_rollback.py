@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from fakes import ScriptedBackend  # noqa: E402
-from tiny_mlx_hybrid import qwen3_5_model  # noqa: E402
+from support.fakes import ScriptedBackend  # noqa: E402
+from support.tiny_mlx_hybrid import qwen3_5_model  # noqa: E402
 
 from localspec.backends.mlx.backend import MlxBackend  # noqa: E402
 
@@ -62,7 +62,7 @@ def main() -> None:
         )
         print(rows[-1])
     report = {
-        "model": f"random qwen3_5 (tests/tiny_mlx_hybrid.py), width {args.width}, {args.layers} layers",
+        "model": f"random qwen3_5 (tests/support/tiny_mlx_hybrid.py), width {args.width}, {args.layers} layers",
         "device": str(mx.default_device()),
         "context": args.context,
         "window": WINDOW,

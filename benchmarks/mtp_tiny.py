@@ -3,7 +3,7 @@ step (tau), acceptance and whether greedy output equals plain decoding, per MTP 
 evidence, not speed: the "token" block on an identity trunk predicts every token (tau = K + 1 when the pairing
 is right), the "hidden" block repeats the pending token (tau near 1), the token block on a random trunk is
 right part of the time, a random block is a random drafter. Chained layers (tiny Step-3.5-layout GGUFs with
-three MTP blocks, tests/tiny_step35.py) draft at most three tokens: three token-reading layers on an identity
+three MTP blocks, tests/support/tiny_step35.py) draft at most three tokens: three token-reading layers on an identity
 trunk give tau = min(K, 3) + 1.
     python benchmarks/mtp_tiny.py [--out benchmarks/results/mtp-tiny-qwen35.json]
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from tiny_hybrid import write_tiny_qwen35  # noqa: E402
-from tiny_step35 import write_tiny_step35  # noqa: E402
+from support.tiny_hybrid import write_tiny_qwen35  # noqa: E402
+from support.tiny_step35 import write_tiny_step35  # noqa: E402
 
 from localspec.backends.llama_cpp.backend import LlamaCppBackend  # noqa: E402
 from localspec.drafters.base import NoDrafter  # noqa: E402

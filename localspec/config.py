@@ -16,7 +16,6 @@ from localspec.drafters.context import DrafterContext
 from localspec.drafters.table import DRAFTERS, DrafterSetup, chain_members, drafter_kind, head_drafters, runs_on
 from localspec.errors import ConfigError, LocalspecError
 from localspec.models.registry import (
-    ASSISTANT,
     ModelEntry,
     Registry,
     load_registry,
@@ -83,11 +82,25 @@ def _check_entry(entry: ModelEntry) -> None:
             chain_members(name)
         except ConfigError as exc:
             raise ConfigError(f"{here}: 'drafters' lists {name!r}: {exc}") from None
-    tables = [name for name, kind in DRAFTERS.items() if any(i.toml for i in kind.option_infos())]
+    tables = [name for name, kind in DRAFTERS.items() if kind.head or any(i.toml for i in kind.option_infos())]
     for name, table in entry.drafter_tables.items():
         if name not in tables:
             raise ConfigError(f"{here}: unknown key {name!r} (drafter tables: {', '.join(tables)})")
-        from_table(drafter_kind(name).options(), table, name, f"{entry.where}, [models.{entry.name}.{name}]")
+        kind, where = drafter_kind(name), f"{entry.where}, [models.{entry.name}.{name}]"
+        for backend, repo in table.items():
+            if _is_head_key(kind, backend) and not isinstance(repo, str):
+                raise ConfigError(f"{where}: {backend!r} must be a str (the repo of its head), got {repo!r}")
+        from_table(kind.options(), _options_table(kind, table), name, where)
+
+
+def _is_head_key(kind, key: str) -> bool:
+    """A head drafter's table names its head per backend: ``"llama.cpp" = REPO``."""
+    return kind.head and key in kind.backends
+
+
+def _options_table(kind, table: dict) -> dict:
+    """A models.toml drafter table's options (without a head drafter's heads)."""
+    return {key: value for key, value in table.items() if not _is_head_key(kind, key)}
 
 
 def choose_backend(spec: str | None, entry: ModelEntry | None) -> str:
@@ -242,7 +255,7 @@ def _drafter_setup(args, entry: ModelEntry | None, registry: Registry, backend: 
     models_toml = {
         ("draft", "model"): known[0] if known else None,
         **{(d, "head"): entry.head(d, backend) if entry else None for d in head_drafters()},
-        ("mtp", "assistant"): entry.head(ASSISTANT, backend) if entry else None,
+        ("mtp", "assistant"): entry.assistant.get(backend) if entry else None,
     }
     options = {}
     for name, kind in DRAFTERS.items():
@@ -256,7 +269,7 @@ def _drafter_setup(args, entry: ModelEntry | None, registry: Registry, backend: 
 
 def _options_of(args, kind, entry: ModelEntry | None, models_toml: dict, find_model, rows: _Rows):
     """One drafter's options: each from its flag, else the model's table in models.toml, else the default."""
-    table = entry.drafter_tables.get(kind.name, {}) if entry else {}
+    table = _options_table(kind, entry.drafter_tables.get(kind.name, {})) if entry else {}
     where = f"{entry.where}, [models.{entry.name}.{kind.name}]" if entry else ""
     from_toml = from_table(kind.options(), table, kind.name, where)
     values, flags = {}, []

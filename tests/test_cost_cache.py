@@ -4,7 +4,7 @@ a damaged file ignored with a warning."""
 import json
 from dataclasses import replace
 
-from fakes import ScriptedBackend, step_of
+from support.fakes import ScriptedBackend, step_of
 
 from localspec.chat.conversation import Conversation
 from localspec.cost_cache import CostCache

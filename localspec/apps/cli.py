@@ -323,6 +323,12 @@ def _train_parser(sub, command: str) -> None:
     train.add_argument("--out", required=True, help="folder for the head (config.json + model.safetensors)")
     train.add_argument("--minutes", type=float, default=30.0, help="time budget, feature extraction included (30)")
     train.add_argument("--epochs", type=int, default=8, help="at most this many passes over the corpus (8)")
+    train.add_argument(
+        "--max-steps",
+        type=int,
+        default=0,
+        help="stop after this many optimiser steps (0: --epochs and --minutes decide)",
+    )
     train.add_argument("--seq-len", type=int, default=512, help="training window in tokens (512)")
     train.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (1e-3, cosine schedule)")
     train.add_argument("--max-corpus-tokens", type=int, default=0, help="use at most this many tokens (0: all)")

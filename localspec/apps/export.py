@@ -6,8 +6,8 @@ serve those, not GGUFs). The drafter maps to the engine's own method: suffix →
 ngram → ngram / NGRAM, a draft model → draft_model / STANDALONE, EAGLE-3 → eagle3 / EAGLE3, MTP → mtp /
 NEXTN, DFlash → SGLang's DFLASH, Medusa and MLP speculators → vLLM's medusa / mlp_speculator. K is
 `--draft-tokens` if given, else what the local controller settled on in the saved chats of this model and
-drafter (tokens verified per drafting step), else the method's default (its drafter table row). Nothing is run: the command
-is printed, with a comment saying where each part came from.
+drafter (tokens verified per drafting step), else the method's default (its drafter table row). Nothing is
+run: the command is printed, with a comment saying where each part came from.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import shlex
 from dataclasses import dataclass
 
 from localspec.drafters.ngram import NgramOptions
-from localspec.errors import ConfigError
 from localspec.drafters.table import DRAFTERS, head_drafters
+from localspec.errors import ConfigError
 from localspec.models.registry import ModelEntry, Registry
 
 ENGINES = ("vllm", "sglang")
@@ -84,7 +84,10 @@ def plan(registry: Registry, model: str, drafter: str | None, engine: str, k: in
         k, turns = found
         k_from = f"what the controller verified per drafting step in {turns} saved chat turn(s)"
     else:
-        k, k_from = METHODS[member].k if member in METHODS else 0, "the method's default (no saved chat of this model drafted with it)"
+        k, k_from = (
+            METHODS[member].k if member in METHODS else 0,
+            "the method's default (no saved chat of this model drafted with it)",
+        )
     return Export(engine, model, entry.torch_repo, member, k, k_from, draft_repo)
 
 

@@ -29,7 +29,6 @@ from pathlib import Path
 
 from localspec.backends.gguf_meta import mtp_layers
 from localspec.bench.peer import SPEC_TYPES, ServerConfig, find_llama_server, running
-from localspec.drafters.table import DRAFTERS, drafter_kind
 from localspec.errors import ConfigError, LocalspecError
 from localspec.models.app_stores import is_gguf
 from localspec.session import Runner, Session
@@ -126,9 +125,11 @@ def _make_method(item: str, session: Session, default_k, cache_dir: Path | None)
     if cache_dir and "suffix" in members:
         options["cache_dir"] = str(cache_dir)
     if tree:
-        if not any(drafter_kind(m).trees for m in members):
-            trees = ", ".join(kind.name for kind in DRAFTERS.values() if kind.trees)
-            raise ConfigError(f"--drafters {item!r}: #N (tree size) goes with a drafter that drafts trees ({trees})")
+        trees = session.drafters.tree_drafters()
+        if not set(members) & set(trees):
+            raise ConfigError(
+                f"--drafters {item!r}: #N (tree size) goes with a drafter that drafts trees ({', '.join(trees)})"
+            )
         options["tree"] = int(tree)
     # LOCALSPEC_NO_COST_CACHE=1 benchmarks the very first start (no measured cost curve)
     k = k or (1 if name == "none" else default_k)

@@ -54,7 +54,8 @@ def head_for(heads: Mapping[str, Callable], target: Backend, what: str) -> Calla
         return heads[target.name]
     except KeyError:
         choices = ", ".join(f"--backend {b}" for b in heads)
-        raise ConfigError(f"{what} run on {' and '.join(heads)}, not on the {target.name} backend ({choices})") from None
+        on = f"the {' and '.join(heads)} backend{'s' if len(heads) > 1 else ''}"
+        raise ConfigError(f"{what} run on {on}, not on the {target.name} backend ({choices})") from None
 
 
 def check_fit(backend: Backend | None, drafter: Drafter) -> None:

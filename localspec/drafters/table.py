@@ -1,7 +1,7 @@
 """The drafter table: the one place a drafter is registered. A row names the drafter, says in a line what it
 does, and points at its module's options dataclass and builder; the command line's flags, models.toml's
-tables, the chat's /help, the README's table and docs/drafters.md's are derived from it (tests/test_drafter_table.py
-checks)."""
+tables, the chat's /help, the README's table and docs/drafters.md's are derived from it
+(tests/drafters/test_drafter_table.py checks)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from localspec.drafters.multihead import medusa, mlp_speculator
 from localspec.drafters.suffix import drafter as suffix
 from localspec.errors import ConfigError
 from localspec.options import OptionInfo, describe
-
 
 ALL_BACKENDS = ("llama.cpp", "mlx", "torch")
 
@@ -240,6 +239,11 @@ class DrafterSetup:
         """The setup with some of one drafter's options replaced (e.g. a bench method's own cache folder)."""
         return replace(self, options={**self.options, name: replace(self.options_of(name), **values)})
 
+    @staticmethod
+    def tree_drafters() -> tuple[str, ...]:
+        """The drafters that draft trees on request (bench's NAME#N)."""
+        return tuple(kind.name for kind in DRAFTERS.values() if kind.trees)
+
     def build(self, name: str, target: Backend | None = None, **values) -> Drafter:
         """The drafter (or chain) ``name``; ``values`` replace options of the drafter (in a chain: of each
         member that has them)."""
@@ -260,7 +264,7 @@ class DrafterSetup:
 
 
 def summary_table() -> str:
-    """The README's short drafter table: name, what drafts, backends (tests/test_drafter_table.py keeps the
+    """The README's short drafter table: name, what drafts, backends (tests/drafters/test_drafter_table.py keeps the
     README's copy equal to this)."""
     lines = ["| `--drafter` | what drafts | backends |", "|---|---|---|"]
     lines += [f"| `{kind.name}` | {kind.summary} | {', '.join(kind.backends)} |" for kind in DRAFTERS.values()]
@@ -268,7 +272,8 @@ def summary_table() -> str:
 
 
 def markdown_table() -> str:
-    """docs/drafters.md's drafter table with every option (tests/test_drafter_table.py keeps its copy equal)."""
+    """docs/drafters.md's drafter table with every option (tests/drafters/test_drafter_table.py keeps its copy
+    equal)."""
     lines = [
         "| `--drafter` | what drafts | needs of the backend | its options: flag, models.toml key (default) |",
         "|---|---|---|---|",

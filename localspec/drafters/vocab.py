@@ -37,7 +37,10 @@ def _first_difference(target: Backend, draft: Backend) -> tuple[str, int]:
                 f"vocabulary sizes {draft.vocab_size} vs {target.vocab_size}, and id {token} of "
                 f"{bigger.model_name} is a real token ({bigger.token_text(token)!r}), not padding"
             ), 0
-    for what, a, b in (("bos token", target.bos_token, draft.bos_token), ("eos token", target.eos_token, draft.eos_token)):
+    for what, a, b in (
+        ("bos token", target.bos_token, draft.bos_token),
+        ("eos token", target.eos_token, draft.eos_token),
+    ):
         if a != b:
             return f"{what} {b} vs the target's {a}", 0
     eog_t = {t for t in target.eog_tokens if t < shared}

@@ -35,16 +35,11 @@ _ENTRY_KEYS = {
     "gguf": dict,
     "mlx": dict,
     "torch": dict,
-    "eagle": dict,
-    "dflash": dict,
-    "dspark": dict,
-    "medusa": dict,
-    "mlp": dict,
     "mtp": dict,
-}  # and a table per drafter with options, [models.NAME.DRAFTER], checked against the drafter's options by config.py
+}  # and a table per drafter, [models.NAME.DRAFTER]: its options, and for a head drafter its head per backend
+# ("llama.cpp" = REPO...), checked against the drafter table by config.py
 _GGUF_KEYS = {"repo": str, "quant": str, "files": dict}
 _REPO_KEYS = {"repo": str}
-_HEAD_KEYS = {"torch": str, "mlx": str, "llama.cpp": str}
 ASSISTANT = "mtp"  # [models.NAME.mtp] "llama.cpp" = "repo/file.gguf": a model's own MTP drafter (Gemma-4's assistant)
 
 
@@ -64,7 +59,7 @@ class ModelEntry:
     gguf_files: dict = field(default_factory=dict)  # quantization -> file in gguf_repo
     mlx_repo: str | None = None
     torch_repo: str | None = None
-    heads: dict = field(default_factory=dict)  # head drafter (the table's head_drafters()) -> backend -> repo
+    assistant: dict = field(default_factory=dict)  # backend -> the MTP assistant's 'owner/repo/file.gguf'
     drafter_tables: dict = field(default_factory=dict)  # drafter name -> its options for this model (raw TOML)
     where: str = ""  # the file this entry came from, for messages
     exact: bool | None = None  # bit-identical greedy output for this model (`--exact`); None: not said
@@ -80,12 +75,13 @@ class ModelEntry:
 
     def assistant_file(self, backend: str = "llama.cpp") -> tuple[str, str] | None:
         """(repo, file) of the MTP assistant [models.NAME.mtp] names for ``backend``, or None."""
-        spec = self.head(ASSISTANT, backend)
+        spec = self.assistant.get(backend)
         return hub_file(spec) if spec else None
 
     def head(self, drafter: str, backend: str) -> str | None:
-        """The repo of the ``drafter`` head (a head drafter of the drafter table) models.toml names for ``backend``."""
-        return self.heads.get(drafter, {}).get(backend)
+        """The repo of the ``drafter``'s head models.toml names for ``backend`` ([models.NAME.DRAFTER], a backend's
+        key; config.py allows those keys for the head drafters of the drafter table), or None."""
+        return self.drafter_tables.get(drafter, {}).get(backend)
 
     def sources(self) -> list[str]:
         """The backends this entry can be loaded with."""
@@ -180,10 +176,7 @@ def _entry(name: str, table, where: str) -> ModelEntry:
         raise ConfigError(f"{here}: must be a table")
     drafter_tables = {k: v for k, v in table.items() if k not in _ENTRY_KEYS and isinstance(v, dict)}
     _check_keys({k: v for k, v in table.items() if k not in drafter_tables}, _ENTRY_KEYS, here)
-    from localspec.drafters.table import head_drafters  # (the table's drafters read models.toml's files)
-
-    heads = head_drafters()
-    subtables = {"gguf": _GGUF_KEYS, "mlx": _REPO_KEYS, "torch": _REPO_KEYS} | dict.fromkeys(heads, _HEAD_KEYS)
+    subtables = {"gguf": _GGUF_KEYS, "mlx": _REPO_KEYS, "torch": _REPO_KEYS}
     for key, allowed in (subtables | {ASSISTANT: {"llama.cpp": str}}).items():
         _check_keys(table.get(key, {}), allowed, f"{where}, [models.{name}.{key}]")
     for spec in table.get(ASSISTANT, {}).values():
@@ -221,7 +214,7 @@ def _entry(name: str, table, where: str) -> ModelEntry:
         dict(gguf.get("files", {})),
         table.get("mlx", {}).get("repo"),
         table.get("torch", {}).get("repo"),
-        {d: dict(table[d]) for d in (*heads, ASSISTANT) if d in table},
+        dict(table.get(ASSISTANT, {})),
         drafter_tables,
         where,
         table.get("exact"),

@@ -38,6 +38,7 @@ SAVE_EVERY_S = 300.0
 @dataclass
 class TrainConfig:
     minutes: float = 30.0  # wall-clock budget for the whole run, feature extraction included
+    max_steps: int = 0  # stop after this many optimiser steps (0: epochs and minutes decide): a budget in work
     epochs: int = 8
     seq_len: int = 512
     lr: float = 1e-3
@@ -355,6 +356,8 @@ class _Training:
         self.opt = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=0.0)
         self.order = random.Random(config.seed + 1)
         self.full = config.epochs * n_train
+        if config.max_steps > 0:
+            self.full = min(self.full, config.max_steps)
         self.steps_max, self.steps, self.seen, self.interrupted = self.full, 0, 0, False
         self.started = self.last_save = time.perf_counter()
 
@@ -423,6 +426,7 @@ def run_train_eagle(args, log: Callable[[str], None] = print) -> dict:
     try:
         config = TrainConfig(
             minutes=args.minutes,
+            max_steps=args.max_steps,
             epochs=args.epochs,
             seq_len=args.seq_len,
             lr=args.lr,

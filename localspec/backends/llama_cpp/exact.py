@@ -12,11 +12,12 @@ Q4_K_M) or from position 256 (every model), and greedy output flipped at near-ti
 
 ggml's CPU backend has a reference mode (``ggml_backend_cpu_set_use_ref``) that computes every matmul by
 vec_dot and attention row by row, whatever the batch; with weights left unrepacked, a window's rows equal a
-1-token step's bit for bit at every size and context length (tests/test_llama_exact.py). The mode is
-switched per decode, so prompt prefills keep the fast kernels: both plain and speculative decoding prefill
-the same tokens the same way. Its price is in wide windows on K-quant weights (Qwen2.5-Coder-1.5B Q4_K_M:
-1.1-1.5x at 4-17 tokens, 1.8x at 33, 2.2x at 65 against llama.cpp's defaults; SmolLM2's Q4_1 about 1.0x);
-1-token steps cost the same (benchmarks/kernel_costs.py; docs/exactness.md).
+1-token step's bit for bit at every size and context length
+(tests/backends/llama_cpp/test_llama_batch_invariant.py). The mode is switched per decode, so prompt
+prefills keep the fast kernels: both plain and speculative decoding prefill the same tokens the same way.
+Its price is in wide windows on K-quant weights (Qwen2.5-Coder-1.5B Q4_K_M: 1.1-1.5x at 4-17 tokens, 1.8x
+at 33, 2.2x at 65 against llama.cpp's defaults; SmolLM2's Q4_1 about 1.0x); 1-token steps cost the same
+(benchmarks/kernel_costs.py; docs/exactness.md).
 
 llama.cpp reaches the context's CPU backend only through ``llama_context::get_sched()``, a C++ member
 function libllama exports; where it or the CPU backend's switch is missing this returns None and the

@@ -15,7 +15,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.drafters.multihead.drafter import MultiHeadDrafter, build_with_heads, check_width, config_json, read_state
+from localspec.drafters.multihead.drafter import (
+    MultiHeadDrafter,
+    build_with_heads,
+    check_width,
+    config_json,
+    read_state,
+)
 from localspec.errors import ModelError
 from localspec.options import option
 

@@ -20,7 +20,13 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.drafters.multihead.drafter import MultiHeadDrafter, build_with_heads, check_width, config_json, read_state
+from localspec.drafters.multihead.drafter import (
+    MultiHeadDrafter,
+    build_with_heads,
+    check_width,
+    config_json,
+    read_state,
+)
 from localspec.errors import ConfigError, ModelError
 from localspec.options import option
 

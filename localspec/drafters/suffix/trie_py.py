@@ -1,6 +1,6 @@
 """The suffix trie of ``_suffixtree.c`` in plain Python: the fallback where the C extension could not be
 compiled (a Windows or macOS machine without a compiler). The same nodes, lazy leaves, counts and drafting
-rule, step for step, so that it drafts exactly what the compiled trie drafts (tests/test_suffix.py runs
+rule, step for step, so that it drafts exactly what the compiled trie drafts (tests/drafters/suffix/test_suffix.py runs
 every trie test on both and compares them on random corpora); confidences are computed in float32 as the C
 code computes them. It is slower: an append walks up to max_depth suffixes in Python (tens of microseconds
 a token), so a large cache of past answers takes seconds to load. The rules are documented once, in the

@@ -23,7 +23,7 @@ estimate weighs two explanations of the run (copy_acceptance): a copy, whose tok
 against drafting as usual at its (bucket, band) estimate, under which a long run is a surprise. The first
 rejection ends the run, and the windows fall back to what the buckets say. In the offline replay
 (benchmarks/suffix_replay.py, measured default-kernel curve) this is neutral on recorded answers (within
-1%); on a long copy it reaches a 64-token window in 4 steps instead of 8 (tests/test_speclen.py).
+1%); on a long copy it reaches a 64-token window in 4 steps instead of 8 (tests/engine/test_speclen.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,55 @@
+"""The server's conversation states: which one is live before a request, and the RAM bound."""
+
+from dataclasses import replace
+
+from support.fakes import ScriptedBackend
+
+from localspec.chat.prompt_states import MIN_TOKENS, PromptStates
+
+
+class Snapshotting(ScriptedBackend):
+    """A scripted model whose cache can be saved (one byte per token, tagged) and loaded back."""
+
+    capabilities = replace(ScriptedBackend.capabilities, snapshots=True)
+
+    def save_state(self) -> bytes:
+        return bytes(t % 256 for t in self._tokens)
+
+    def load_state(self, tokens, state) -> None:
+        assert bytes(t % 256 for t in tokens) == state  # the state saved with these tokens
+        self._tokens[:] = list(tokens)
+
+
+def conversation(tag: int, n: int = 3 * MIN_TOKENS) -> list[int]:
+    return [tag] * 4 + list(range(n))
+
+
+def run(states: PromptStates, prompt: list[int]) -> int:
+    """What the engine does with a request: prefill from the reused part, keep the answer in the cache."""
+    reuse = states.prepare(prompt)
+    states.backend.truncate(reuse)
+    states.backend._tokens.extend(prompt[reuse:-1])
+    return len(prompt) - 1 - reuse  # tokens prefilled
+
+
+def test_conversations_taking_turns_reuse_their_own_states():
+    backend = Snapshotting(vocab_size=300)
+    states = PromptStates(backend, budget_bytes=10**6)
+    firsts = [conversation(tag) for tag in (1, 2, 3, 4)]
+    assert [run(states, p) for p in firsts] == [len(p) - 1 for p in firsts]  # nothing to reuse yet
+    assert len(states.saved) == 3  # A, B, C kept while D is live
+    seconds = [p + [7, 8, 9] for p in firsts]
+    assert [run(states, p) for p in seconds] == [3, 3, 3, 3]  # each only its new tokens
+    assert states.loads == 4
+
+
+def test_a_short_difference_keeps_the_live_cache_and_the_budget_drops_the_oldest():
+    backend = Snapshotting(vocab_size=300)
+    states = PromptStates(backend, budget_bytes=2 * len(conversation(1)) + 10)
+    run(states, conversation(1))
+    run(states, conversation(1)[:-3] + [5, 5, 5])  # cuts 3 tokens: cheaper to prefill than to save
+    assert states.saved == []
+    for tag in (2, 3, 4):
+        run(states, conversation(tag))
+    assert [s.tokens[0] for s in states.saved] == [2, 3]  # room for two: conversation 1 went first
+    assert states.bytes <= states.budget

@@ -1,0 +1,329 @@
+"""The speculation-length controller on synthetic machines: known verify-cost curves, draft costs and
+acceptance rates, where the best K can be worked out by hand."""
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support.fakes import RandomDrafter, ScriptedBackend, step_of
+
+from localspec.drafters.base import NoDrafter, match_confidence
+from localspec.engine.loop import generate
+from localspec.engine.speclen import AdaptiveK, FixedK, make_policy
+from localspec.engine.speclen.acceptance import AcceptanceEstimator, copy_acceptance
+from localspec.errors import ConfigError
+from localspec.sampling import SamplingParams
+from localspec.types import Draft
+
+CPU = {1: 1.0, 2: 1.6, 3: 2.1, 4: 2.8, 5: 3.3, 6: 4.0, 7: 4.6, 8: 5.2, 9: 6.6}  # this box's shape
+GPU = {n: 1.0 + 0.01 * (n - 1) for n in range(1, 10)}  # a GPU: a window costs about one step
+
+
+def drive(ctl, steps, accept, verify=CPU, draft_per_token=0.0, draft_call=0.0, cap=8, seed=0):
+    """Run the controller's plan/trim/record loop against a simulated target and drafter. accept(i, step)
+    is the chance that draft position i is right given 1..i-1 were. Returns the verified length per step."""
+    rng = np.random.default_rng(seed)
+    produced, chosen = 0, []
+    for step in range(steps):
+        k = ctl.plan(cap)
+        tokens, ok = [], True
+        for i in range(1, k + 1):  # a proposal that follows the target's future while it is right
+            ok = ok and rng.random() < accept(i, step)
+            tokens.append(produced + i - 1 if ok else -1)
+        draft = Draft.chain(tokens)
+        draft_s = (draft_call + draft_per_token * k) if k else 0.0
+        n = ctl.trim(draft, draft_s)
+        accepted = 0
+        while accepted < n and tokens[accepted] == produced + accepted:
+            accepted += 1
+        emitted = list(range(produced, produced + accepted + 1))  # the target's own tokens: its future
+        produced += len(emitted)
+        ctl.record(step_of(n, accepted, emitted, draft_s, verify[n + 1], draft_s + verify[n + 1]))
+        chosen.append(n)
+    return chosen
+
+
+def mode(values):
+    return Counter(values).most_common(1)[0][0]
+
+
+def rate(k, a, verify, draft_per_token=0.0):
+    expected = sum(a**i for i in range(k + 1))
+    return expected / (verify[k + 1] + draft_per_token * k)
+
+
+def near_best(k, a, verify, draft_per_token=0.0):
+    """The rate of K within 3% of the best K's."""
+    return rate(k, a, verify, draft_per_token) >= 0.97 * max(rate(j, a, verify, draft_per_token) for j in range(9))
+
+
+@pytest.mark.parametrize("a", [0.75, 0.8, 0.95])
+def test_cheap_drafter_settles_on_the_best_k_of_this_cpu(a):
+    chosen = drive(AdaptiveK(8), 600, lambda i, s: a)
+    assert mode(chosen[200:]) > 0 and near_best(mode(chosen[200:]), a, CPU)
+
+
+def test_flat_gpu_curve_and_good_drafts_use_the_full_k():
+    chosen = drive(AdaptiveK(8), 400, lambda i, s: 0.9, verify=GPU)
+    assert mode(chosen[100:]) == 8
+
+
+def test_useless_cheap_drafter_is_not_verified():
+    chosen = drive(AdaptiveK(8), 500, lambda i, s: 0.0)
+    assert sum(k > 0 for k in chosen[50:]) == 0
+
+
+def test_shadow_drafts_turn_speculation_back_on():
+    """Verifying nothing must not blind the controller: when the drafter becomes good it is used again."""
+    chosen = drive(AdaptiveK(8), 800, lambda i, s: 0.0 if s < 300 else 0.95)
+    assert sum(k > 0 for k in chosen[250:300]) == 0
+    assert near_best(mode(chosen[500:]), 0.95, CPU)
+
+
+def test_costly_drafter_that_cannot_pay_is_not_run():
+    """The 0.5B -> 1.5B pair on this CPU: a draft token costs 0.58 of a step; even perfect drafts lose."""
+    assert max(rate(k, 1.0, CPU, 0.58) for k in range(9)) <= 1.0
+    ctl = AdaptiveK(8)
+    chosen = drive(ctl, 400, lambda i, s: 1.0, draft_per_token=0.58)
+    assert sum(k > 0 for k in chosen[20:]) == 0
+    assert "cannot pay" in ctl.figures()["note"]
+
+
+def test_costly_drafter_that_pays_is_used_then_probed_when_it_stops_paying():
+    a_good = lambda i, s: 0.9 if s < 200 else 0.0  # noqa: E731
+    ctl = AdaptiveK(8)
+    chosen = drive(ctl, 600, a_good, verify=GPU, draft_per_token=0.1)
+    assert near_best(mode(chosen[50:200]), 0.9, GPU, 0.1)
+    late = [k for k in chosen[260:] if k > 0]
+    assert late, "a costly drafter that stopped paying must still be probed now and then"
+    # every late probe is rejected whole: it costs its draft and its wider window instead of a plain step,
+    # and that is paid from the 1% exploration budget
+    lost = sum(GPU[k + 1] + 0.1 * k - GPU[1] for k in late)
+    spent = sum(GPU[k + 1] + 0.1 * k for k in chosen[260:])
+    assert lost <= 0.012 * spent
+
+
+def test_verify_cost_interpolates_and_is_pessimistic_past_what_was_measured():
+    ctl = AdaptiveK(8)
+    for n, s in ((2, 0.010), (4, 0.020)):
+        ctl.record(step_of(n - 1, 0, [0], 0.0, s, s))
+    single = 0.010 / 1.5  # the prior slope below the smallest size
+    assert ctl.verify_cost(1) == pytest.approx(single)
+    assert ctl.verify_cost(3) == pytest.approx(0.015)
+    # untried and larger: the mean per-position slope so far, so trying it is paid from the exploration budget
+    assert ctl.verify_cost(7) == pytest.approx(0.020 + 3 * (0.020 - single) / 3)
+
+
+def test_fixed_k_verifies_everything():
+    pol = FixedK(3)
+    assert pol.plan(3) == 3 and pol.trim(Draft.chain([1, 2, 3]), 0.0) == 3 and pol.label == "K=3"
+
+
+@pytest.mark.parametrize(
+    "text,kind,k", [("4", FixedK, 4), (6, FixedK, 6), ("auto", AdaptiveK, 64), ("auto:3", AdaptiveK, 3)]
+)
+def test_make_policy(text, kind, k):
+    pol = make_policy(text)
+    assert isinstance(pol, kind) and pol.max_k == k
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "x", "auto:0", "auto:x"])
+def test_make_policy_rejects(bad):
+    with pytest.raises(ConfigError, match="draft-tokens"):
+        make_policy(bad)
+
+
+def test_adaptive_output_is_the_targets_and_a_random_drafter_is_mostly_skipped():
+    backend = ScriptedBackend(vocab_size=50)
+    greedy = SamplingParams(temperature=0)
+    plain = generate(backend, NoDrafter(), [1, 2, 3], greedy, max_tokens=200)
+    out = generate(
+        backend, RandomDrafter(backend.vocab_size, seed=1), [1, 2, 3], greedy, max_tokens=200, draft_tokens="auto"
+    )
+    assert out.tokens == plain.tokens
+    assert out.stats.speclen["mode"] == "adaptive"
+    assert out.stats.drafted < 0.25 * out.stats.steps * 8  # fixed K=8 would verify 8 per step
+
+
+# -- long windows, whole cost curves, confidence ---------------------------------------------------------
+
+
+def curve(points):
+    """Cost in single steps for window sizes 1..65, linear between the given points."""
+    ks = sorted(points)
+    return {n: float(np.interp(n, ks, [points[k] for k in ks])) for n in range(1, 66)}
+
+
+CURVES = {  # seconds per window of n positions (a single step = 1 s), n = 1..65
+    "cpu monotone": curve({1: 1.0, 2: 1.63, 4: 2.47, 8: 5.45, 16: 9.0, 32: 16.0, 65: 30.0}),
+    "cliff": {n: (1.0 if n <= 8 else 4.0) + 0.08 * (n - 1) for n in range(1, 66)},
+    "cpu, 16 cheaper than 12": curve(
+        {1: 1.0, 2: 1.63, 4: 2.47, 6: 3.5, 8: 5.45, 12: 7.01, 16: 6.78, 24: 9.5, 32: 11.5, 48: 17.0, 65: 22.0}
+    ),
+    "flat gpu": {n: 1.0 + 0.01 * (n - 1) for n in range(1, 66)},
+}
+
+
+def expected(k, a):
+    return sum(a**i for i in range(k + 1))
+
+
+def oracle_rate(a, verify):
+    return max(expected(k, a) / verify[k + 1] for k in range(65))
+
+
+def drive_confident(ctl, steps, verify, kinds, seed=0):
+    """Cheap drafter proposing 64 tokens a step; kinds(step, rng) -> (acceptance, confidence, length) of that
+    step's proposal. Returns [(kind index, verified)], and the expected rate of the choices made."""
+    rng = np.random.default_rng(seed)
+    produced, out, e_sum, t_sum = 0, [], 0.0, 0.0
+    for step in range(steps):
+        which, a, conf, length = kinds(step, rng)
+        k = ctl.plan(64)
+        tokens, ok = [], True
+        for i in range(min(k, length)):
+            ok = ok and rng.random() < a
+            tokens.append(produced + i if ok else -1)
+        draft = Draft.chain(tokens, confidence=[conf] * len(tokens))
+        n = ctl.trim(draft, 0.0)
+        accepted = 0
+        while accepted < n and tokens[accepted] == produced + accepted:
+            accepted += 1
+        emitted = list(range(produced, produced + accepted + 1))
+        produced += len(emitted)
+        ctl.record(step_of(n, accepted, emitted, 0.0, verify[n + 1], verify[n + 1]))
+        out.append((which, n))
+        if step >= steps // 3:
+            e_sum += expected(n, a)
+            t_sum += verify[n + 1]
+    return out, e_sum / t_sum
+
+
+@pytest.mark.parametrize("name", list(CURVES))
+@pytest.mark.parametrize("a", [0.8, 0.95, 0.98])
+def test_controller_is_within_3_percent_of_the_oracle_on_every_curve(name, a):
+    verify = CURVES[name]
+    ctl = AdaptiveK()
+    _, got = drive_confident(ctl, 3000, verify, lambda s, rng: (0, a, 0.9, 64))
+    assert got >= 0.97 * oracle_rate(a, verify), ctl.figures()
+
+
+def test_confident_proposals_use_windows_past_8():
+    verify = CURVES["cpu, 16 cheaper than 12"]
+    chosen, _ = drive_confident(AdaptiveK(), 2000, verify, lambda s, rng: (0, 0.98, 0.95, 64))
+    k = mode([n for _, n in chosen[1000:]])
+    assert k > 8 and expected(k, 0.98) / verify[k + 1] >= 0.97 * oracle_rate(0.98, verify)
+
+
+def test_long_confident_and_short_weak_proposals_are_verified_differently():
+    """Interleaved: long copies accepted 98% of the time (confidence 0.95), short guesses accepted 30%
+    (confidence 0.3). Judged by position alone they would be averaged into one mediocre length."""
+    verify = {n: 1.0 + 0.03 * (n - 1) for n in range(1, 66)}
+    long_ = (0, 0.98, 0.95, 64)
+    short = (1, 0.3, 0.3, 8)
+    chosen, _ = drive_confident(AdaptiveK(), 3000, verify, lambda s, rng: long_ if rng.random() < 0.5 else short)
+    late = chosen[1500:]
+    assert np.median([n for w, n in late if w == 0]) >= 32
+    assert np.median([n for w, n in late if w == 1]) <= 4
+
+
+def test_exploration_loses_at_most_one_percent_of_decode_time():
+    verify = CURVES["cpu, 16 cheaper than 12"]
+    ctl = AdaptiveK()
+    drive_confident(ctl, 3000, verify, lambda s, rng: (0, 0.9, 0.9, 64))
+    total = sum(verify[n + 1] for n in ctl._chosen)
+    figures = ctl.figures()
+    assert figures["explore_steps"] > 0  # it did try sizes it had not measured...
+    assert figures["explore_ms"] / 1e3 <= 0.01 * total  # ...out of its budget
+
+
+def test_a_saved_curve_is_used_from_the_first_step():
+    verify = CURVES["cpu, 16 cheaper than 12"]
+    first = AdaptiveK()
+    drive_confident(first, 3000, verify, lambda s, rng: (0, 0.98, 0.95, 64))
+    saved = first.costs()
+    best = max(range(65), key=lambda k: expected(k, 0.98) / verify[k + 1])
+    assert best + 1 in {int(n) for n in saved["verify_s"]}
+    second = AdaptiveK()
+    second.load_costs(saved)
+    chosen, _ = drive_confident(second, 60, verify, lambda s, rng: (0, 0.98, 0.95, 64), seed=1)
+    assert second.figures()["costs_loaded"] == len(saved["verify_s"])
+    assert mode([n for _, n in chosen[20:]]) == best
+    assert second.figures()["explore_steps"] < first.figures()["explore_steps"]  # little left to measure
+
+
+def test_a_chain_is_always_asked_and_its_choice_decides():
+    """A chain's copy drafter is free, so the plan always asks for the cap; a model drafter that cannot pay
+    is then not chosen (choose says 0: verify the copy's proposal)."""
+    ctl = AdaptiveK(8)
+    ctl.load_costs({"verify_s": {str(n): CPU[n] for n in CPU}, "count": {str(n): 9 for n in CPU}})
+    ctl.begin_turn(0.0)
+    ctl.chain(0.58)  # the 0.5B -> 1.5B pair on this CPU
+    ctl.cost.line.record(8, 0.3)  # the copy drafter's calls looked slow: it is not "cheap" any more
+    assert ctl.plan(8) == 8
+    assert ctl.choose(Draft.chain([1, 2, 3]), 8) == 0 and ctl.choose(Draft(), 8) == 0
+
+
+# -- near-perfect copies: the run of accepted tokens ------------------------------------------------------
+MEASURED = Path(__file__).resolve().parents[2] / "benchmarks/results/kernel-costs-qwen2.5-coder-1.5b-2026-12-04.json"
+
+
+def measured_curve() -> dict[int, float]:
+    """Seconds per verify window of 1..65 positions: Qwen2.5-Coder-1.5B Q4_K_M with llama.cpp's default
+    (repacked) kernels, as measured on this project's machine (benchmarks/kernel_costs.py)."""
+    ms = json.loads(MEASURED.read_text())["quants"]["Q4_K_M"]["window_ms"]["repacked"]
+    sizes = sorted(int(n) for n in ms)
+    return {n: float(np.interp(n, sizes, [ms[str(s)] for s in sizes])) / 1e3 for n in range(1, 66)}
+
+
+def copy_steps(ctl, verify, steps, reject_at=None):
+    """A copy drafter on a text it copies verbatim: 64-token proposals whose confidence is a suffix match's
+    (match_confidence of the match length, which grows with every emitted token). At step ``reject_at`` its
+    sixth token is wrong, and the match restarts, as a suffix tree's does where the text diverges.
+    Returns the tokens verified per step."""
+    produced, match, chosen = 0, 64, []
+    for step in range(steps):
+        k = ctl.plan(64)
+        tokens = [produced + i for i in range(k)]
+        if step == reject_at:
+            tokens[5] = -1
+        draft = Draft.chain(tokens, confidence=[match_confidence(match)] * k)
+        n = ctl.trim(draft, 0.0)
+        accepted = next((i for i in range(n) if tokens[i] != produced + i), n)
+        emitted = list(range(produced, produced + accepted + 1))
+        produced += len(emitted)
+        match = 1 if accepted < n else min(64, match + len(emitted))
+        ctl.record(step_of(n, accepted, emitted, 0.0, verify[n + 1], verify[n + 1]))
+        chosen.append(n)
+    return chosen
+
+
+def test_a_near_perfect_copy_reaches_wide_windows_within_4_steps_and_falls_back_after_a_rejection():
+    """On the measured curve a 64-token window pays where almost every token passes; the controller (its
+    costs loaded, as after a first session) gets there within 4 steps of a copy's start, drops to a short
+    window at the first rejection, and climbs back once the copy resumes."""
+    verify = measured_curve()
+    ctl = AdaptiveK()
+    ctl.load_costs({"verify_s": {str(n): s for n, s in verify.items()}, "count": {str(n): 5 for n in verify}})
+    ctl.begin_turn(0.0)
+    chosen = copy_steps(ctl, verify, 16, reject_at=6)
+    assert max(chosen[:4]) >= 48, chosen
+    assert chosen[6] >= 48 and chosen[7] <= 8, chosen  # the rejected window, then the fall back
+    assert max(chosen[8:]) >= 48, chosen
+
+
+def test_a_run_becomes_a_copy_only_where_it_would_be_a_surprise():
+    """An 80% drafter's 8 in a row is no news; a 50% one's 16 are. The run ends at the first rejection."""
+    assert copy_acceptance(8, 0.8) < 0.83
+    assert copy_acceptance(16, 0.5) > 0.95 and copy_acceptance(64, 0.9) > 0.98
+    assert copy_acceptance(0, 0.7) == pytest.approx(0.7, abs=0.01)
+    est = AcceptanceEstimator(64)
+    draft = Draft.chain(list(range(32)), confidence=[0.94] * 32)  # a unique continuation of a 64-token match
+    est.propose(draft)
+    est.record(32, 32, list(range(33)))
+    assert est.run == 32 and est.of_draft(draft)[1] > 0.95
+    est.propose(draft)
+    est.record(8, 3, [0, 1, 2, 9])
+    assert est.run == 0 and est.of_draft(draft)[1] < 0.95

@@ -1,22 +1,16 @@
 """The package's import graph (every import, also those inside functions) has no cycle."""
 
 import ast
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent / "localspec"
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+from support.package import package_sources
 
 
 def import_graph() -> dict[str, set[str]]:
-    modules = {module_name(p): p for p in ROOT.rglob("*.py")}
+    modules = package_sources()
     graph = {}
-    for name, path in modules.items():
+    for name, source in modules.items():
         targets = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 targets.add(node.module)
                 targets.update(f"{node.module}.{a.name}" for a in node.names)

@@ -12,11 +12,10 @@ Each rule is also shown to fail on a planted violation."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
+from support.package import ROOT, package_sources
 
-ROOT = Path(__file__).resolve().parent.parent / "localspec"
 FAMILIES = ("suffix", "lookahead", "eagle", "dflash", "mtp", "multihead")
 # what each wing may not import: (importer prefix, forbidden prefixes)
 FORBIDDEN = [
@@ -29,15 +28,6 @@ FORBIDDEN = [
 ]
 APPS_DOORS = ("localspec.apps", "localspec.__main__")
 BACKENDISH = ("backend", "target", "draft", "draft_backend", "model_backend")  # names a Backend goes by
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def package_sources() -> dict[str, str]:
-    return {module_name(p): p.read_text(encoding="utf-8") for p in ROOT.rglob("*.py")}
 
 
 def under(module: str, prefix: str) -> bool:

@@ -1,4 +1,4 @@
-"""Helpers shared by tests (moved here from test_dflash.py, which other tests imported)."""
+"""DFlash and DSpark heads for the tiny targets: head folders, features and masks, exact pairs."""
 
 import numpy as np
 

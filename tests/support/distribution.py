@@ -1,4 +1,6 @@
-"""Helpers shared by tests (moved here from test_distribution.py, which other tests imported)."""
+"""The chi-square machinery of the distribution tests: the sampler settings, exact answer distributions
+of the scripted target, seeded samples through the engine, the sample counts per setting, and the canaries
+(deliberately broken verifiers and drafters) that must fail at those counts."""
 
 import itertools
 

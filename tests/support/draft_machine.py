@@ -1,4 +1,5 @@
-"""Helpers shared by tests (moved here from test_draft_model.py, which other tests imported)."""
+"""Simulated machines for the draft-model and chain tests: a forward's cost by window size, with the shapes
+of a CPU and a GPU."""
 
 
 def machine(step_s, shape):

@@ -1,4 +1,5 @@
-"""Helpers shared by tests (moved here from test_eagle.py, which other tests imported)."""
+"""EAGLE heads for the tiny torch targets: random EAGLE-3 checkpoints in the released layout, deeper tiny
+decoders, the exact distribution of short answers, and a word corpus a head can learn."""
 
 import json
 

@@ -1,4 +1,5 @@
-"""Helpers shared by tests (moved here from test_hub.py, which other tests imported)."""
+"""The stand-in Hugging Face Hub with its models.toml (the `hub` fixture), GGUF bytes for it, and `localspec
+list --json` read back."""
 
 import json
 import struct

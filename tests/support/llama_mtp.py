@@ -1,4 +1,4 @@
-"""Helpers shared by tests (moved here from test_llama_mtp.py, which other tests imported)."""
+"""The exact distribution of a target's first two tokens, for the sampling tests of model drafters."""
 
 import numpy as np
 

@@ -1,4 +1,5 @@
-"""Helpers shared by tests (moved here from test_torch_backend.py, which other tests imported)."""
+"""Tiny random torch decoders of each architecture, Hugging Face checkpoints of them, random EAGLE-1 heads, and
+the closeness check the backend tests use."""
 
 import numpy as np
 import pytest

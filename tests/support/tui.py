@@ -1,4 +1,4 @@
-"""Helpers shared by tests (moved here from test_tui.py, which other tests imported)."""
+"""Driving the Textual chat in tests: typing a message and waiting for a condition."""
 
 import time
 

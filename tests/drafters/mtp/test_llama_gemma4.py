@@ -4,6 +4,7 @@ known exactly (every draft right; or the pending token repeated, which checks th
 output equal to plain decoding over two turns, and pairs that do not belong together refused by name."""
 
 import pytest
+from support.drafts import record_first_drafts
 from support.tiny_gemma4 import write_tiny_assistant, write_tiny_gemma4
 from support.tiny_hybrid import write_tiny_qwen35
 
@@ -40,15 +41,7 @@ def test_a_token_reading_assistant_drafts_every_token_of_an_identity_target(tmp_
 
 def test_a_hidden_reading_assistant_gets_the_targets_row_of_the_position_before(tmp_path):
     target, drafter = pair(tmp_path, "identity", "hidden")
-    pairs, propose = [], drafter.propose
-
-    def recording(context, max_tokens):
-        draft = propose(context, max_tokens)
-        if draft.tokens:
-            pairs.append((context[-1], draft.tokens[0]))
-        return draft
-
-    drafter.propose = recording
+    pairs = record_first_drafts(drafter)
     with target:
         generate(target, drafter, PROMPT, GREEDY, max_tokens=30, draft_tokens=FixedK(2))
         drafter.close()

@@ -6,6 +6,7 @@ distribution, and a model without the layer is refused by name."""
 import numpy as np
 import pytest
 from support.distribution import chi_square_p
+from support.drafts import record_first_drafts
 from support.llama_mtp import exact_pairs  # noqa: F401
 from support.tiny_hybrid import write_tiny_qwen35
 
@@ -81,16 +82,7 @@ def test_a_hidden_reading_block_gets_the_targets_row_of_the_position_before(tmp_
     pending token, whose greedy pick *is* the pending token: its first draft token must repeat it."""
     with load(tmp_path_factory, mtp="hidden", trunk="identity") as backend:
         drafter = build(backend, None, DrafterContext(seed=0))
-        pairs = []
-        propose = drafter.propose
-
-        def recording(context, max_tokens):
-            draft = propose(context, max_tokens)
-            if draft.tokens:
-                pairs.append((context[-1], draft.tokens[0]))
-            return draft
-
-        drafter.propose = recording
+        pairs = record_first_drafts(drafter)
         try:
             generate(backend, drafter, prompt_of(backend), GREEDY, max_tokens=40, draft_tokens=FixedK(2))
         finally:

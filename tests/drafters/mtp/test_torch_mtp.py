@@ -10,6 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 from support.distribution import chi_square_p
+from support.drafts import record_first_drafts
 from support.llama_mtp import exact_pairs
 from support.tiny_torch import write_hf_checkpoint
 
@@ -90,15 +91,7 @@ def test_a_token_reading_layer_on_an_identity_body_drafts_every_token_right(tmp_
 def test_a_hidden_reading_layer_gets_the_targets_row_of_the_position_before(tmp_path):
     backend = backend_of(write_mimo(tmp_path, "hidden", "identity"))
     drafter = build(backend, None, DrafterContext(seed=0))
-    pairs, propose = [], drafter.propose
-
-    def recording(context, max_tokens):
-        draft = propose(context, max_tokens)
-        if draft.tokens:
-            pairs.append((context[-1], draft.tokens[0]))
-        return draft
-
-    drafter.propose = recording
+    pairs = record_first_drafts(drafter)
     generate(backend, drafter, prompt_of(backend), GREEDY, max_tokens=30, draft_tokens=FixedK(2))
     assert len(pairs) >= 10 and all(pending == first for pending, first in pairs[1:])
 

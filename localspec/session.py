@@ -19,6 +19,7 @@ from localspec.drafters.base import Drafter, check_fit
 from localspec.drafters.table import DRAFTERS, DrafterSetup
 from localspec.engine.baseline import PlainBaseline
 from localspec.engine.exact import exact_mode
+from localspec.engine.logprobs import MAX_TOP as MAX_LOGPROBS  # noqa: F401 (the server's limit)
 from localspec.engine.loop import stream_generate
 from localspec.engine.speclen import AdaptiveK, FixedK, make_policy
 from localspec.engine.stats import TokenEvent
@@ -55,6 +56,7 @@ class Request:
     min_p: float | None = None
     stop: tuple[str, ...] = ()  # in addition to the session's
     seed: int | None = None  # a seed of its own: the same request and seed give the same answer
+    logprobs: int | None = None  # the answer tokens' log-probabilities, with this many alternatives each
 
     @property
     def sampling(self) -> dict:
@@ -207,7 +209,8 @@ class Session:
             **{k: v for k, v in request.sampling.items() if v is not None},
         )
         rng = self.rng if request.seed is None else np.random.default_rng(request.seed)
-        return self._stream(prompt, sampling, request.max_tokens or self.max_tokens, request.stop, rng, on_prefill)
+        tokens = request.max_tokens or self.max_tokens
+        return self._stream(prompt, sampling, tokens, request.stop, rng, on_prefill, request.logprobs)
 
     def keep_states(self, budget_bytes: int) -> Session:
         """Keep conversation states in RAM up to ``budget_bytes`` (where the backend can save its cache)."""
@@ -215,7 +218,7 @@ class Session:
             self.states = PromptStates(self.backend, budget_bytes)
         return self
 
-    def _stream(self, prompt, sampling, max_tokens, stop, rng, on_prefill) -> Iterator[TokenEvent]:
+    def _stream(self, prompt, sampling, max_tokens, stop, rng, on_prefill, logprobs=None) -> Iterator[TokenEvent]:
         self._follow_kernels(sampling)
         if self.states is not None:
             self.states.prepare(prompt, self.drafter)
@@ -232,6 +235,7 @@ class Session:
                 on_prefill=on_prefill,
                 plain=self.plain,
                 exact_guard=self.exact_guard,
+                logprobs=logprobs,
             )
         finally:  # what this turn measured is there for the next start, even after Ctrl-C
             self.save_costs()
@@ -258,6 +262,18 @@ class Session:
     @property
     def context_size(self) -> int:
         return self.backend.n_ctx
+
+    def model_card(self) -> dict:
+        """What the model is, in llama-server's `/v1/models` `meta` names (on the thread that owns the model)."""
+        b = self.backend
+        card = {"n_ctx": b.n_ctx, "n_vocab": b.vocab_size, "n_params": b.n_params, "size": b.size_bytes}
+        return {"n_ctx_train": b.train_ctx, **card} if b.train_ctx else card
+
+    def token_bytes(self, token: int) -> bytes:
+        return self.backend.token_bytes(token)
+
+    def ends_generation(self, token: int) -> bool:
+        return token in self.backend.eog_tokens
 
     def save_costs(self) -> None:
         if self.costs is not None:

@@ -53,6 +53,7 @@ class Backend:
     checkpoints: bool = False  # the cache saves a state before each verify window (a recurrent model without snapshots)
     snapshot_bytes: int = 0  # bytes one saved state of a recurrent model takes (0: the cache is cut by position)
     mtp_layers: int = 0  # the model file's own MTP (next-n) layers, loaded (llama.cpp)
+    train_ctx: int = 0  # the context length the model was trained for (0: unknown)
 
     def __init__(self) -> None:
         self._tokens: list[int] = []
@@ -194,6 +195,16 @@ class Backend:
         raise NotImplementedError(f"the {self.name} backend cannot load a saved cache (load_state)")
 
     # -- resources ------------------------------------------------------------------------------------
+    @property
+    def n_params(self) -> int:
+        """The model's parameter count (0: the backend cannot tell)."""
+        return 0
+
+    @property
+    def size_bytes(self) -> int:
+        """The bytes of the model's weights."""
+        return self.memory_bytes()
+
     def build_id(self) -> str:
         """What besides the model file decides a forward's cost: library version, device, dtype, threads."""
         return ""

@@ -20,6 +20,7 @@ from localspec.backends.base import Backend, Progress
 from localspec.drafters.base import Drafter, Turn, check_fit
 from localspec.engine.baseline import PlainBaseline
 from localspec.engine.exact import exact_mode, guard
+from localspec.engine.logprobs import step_logprobs
 from localspec.engine.speclen import AdaptiveK, FixedK, make_policy
 from localspec.engine.stats import TokenEvent, TurnStats
 from localspec.engine.stopping import StopStrings
@@ -42,13 +43,15 @@ def stream_generate(
     on_prefill: Progress = None,
     plain: PlainBaseline | None = None,
     exact_guard: float | None = None,
+    logprobs: int | None = None,
 ) -> Iterator[TokenEvent]:
     """Generate a continuation of ``prompt``, one event per target forward pass. ``draft_tokens`` is a
     fixed K, 'auto', or a policy object, and ``plain`` the plain-step timings the speedup is measured
     against (a session passes its own of both, so what it measured carries over). ``exact_guard``: `--exact`'s
     near-tie margin, below which a window row decides nothing at temperature 0 on a backend without
     batch-invariant kernels (those run instead where the backend has them); None: the fast default, no guard
-    and the backend's fastest kernels.
+    and the backend's fastest kernels. ``logprobs``: each event carries its tokens' log-probabilities with that
+    many alternatives (0: the tokens' own only; None: none computed).
 
     Each step is plan, propose, verify, accept, emit, record, written into one ``Step`` that the drafter
     observes and the stats, the plain baseline and the controller record."""
@@ -110,7 +113,9 @@ def stream_generate(
             policy.record(step)
             stats.plain = plain.at(len(prompt) + stats.generated // 2)  # the turn's mean context length
             stats.decode_s = last - started
-            yield TokenEvent(tuple(step.emitted), text, step.accepted, stats, finish, min(draft_chars, len(text)))
+            scores = None if logprobs is None else step_logprobs(out.rows, verdict.path, step.emitted, logprobs)
+            shown = min(draft_chars, len(text))
+            yield TokenEvent(tuple(step.emitted), text, step.accepted, stats, finish, shown, scores)
     finally:
         backend.truncate(len(context) - 1)  # restore the invariant, whatever happened mid-step
         stats.method, stats.drafter = drafter.name, drafter.end()

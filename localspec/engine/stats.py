@@ -230,3 +230,4 @@ class TokenEvent:
     stats: TurnStats = field(repr=False)  # the turn's, live: it goes on counting
     finish_reason: str | None = None
     draft_chars: int = 0
+    logprobs: tuple | None = None  # engine/logprobs.TokenLogprob per token, when the turn asked for them

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+import sys
+import time
 from dataclasses import replace
 
 from starlette.applications import Starlette
@@ -36,8 +37,11 @@ LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
 
 
 class Server:
-    def __init__(self, worker: Worker, model: str, api_key: str | None = None, loopback: bool = True) -> None:
+    def __init__(self, worker: Worker, model: str, api_key: str | None = None, loopback: bool = True, log=None) -> None:
         self.worker, self.model, self.api_key, self.loopback = worker, model, api_key, loopback
+        self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.names = {model}  # model names requests sent; each new one is logged once
+        self.created = int(time.time())
 
     # -- checks every request passes -----------------------------------------------------------------------
     def check(self, request: HttpRequest, needs_key: bool = True) -> None:
@@ -63,11 +67,16 @@ class Server:
         except (ValueError, UnicodeDecodeError) as exc:
             raise bad_request(f"the request body is not JSON: {exc}") from None
 
-    def check_model(self, name: str | None) -> None:
-        if name is not None and name != self.model:
-            raise ApiError(
-                404, f"model {name!r} is not served here; this server serves {self.model!r}", "model", "model_not_found"
-            )
+    def answer_as(self, name: str | None) -> str:
+        """The name the reply carries: clients pick their own (`openai/NAME`, a preset, `gpt-4o`), and whatever
+        they send is answered by the served model, as llama-server does; the first request under a new name
+        is logged."""
+        if not name:
+            return self.model
+        if name not in self.names:
+            self.names.add(name)
+            self.log(f"requests for model {name!r} are answered by {self.model!r}")
+        return name
 
     # -- routes --------------------------------------------------------------------------------------------
     async def health(self, request: HttpRequest) -> Response:
@@ -76,9 +85,10 @@ class Server:
 
     async def models(self, request: HttpRequest) -> Response:
         self.check(request)
-        return JSONResponse(
-            {"object": "list", "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "localspec"}]}
-        )
+        session = self.worker.session
+        model = {"id": self.model, "object": "model", "created": self.created, "owned_by": "localspec",
+                 "meta": self.worker.card, "drafter": session.drafter.name if session else None}  # fmt: skip
+        return JSONResponse({"object": "list", "data": [model]})
 
     async def metrics(self, request: HttpRequest) -> Response:
         self.check(request)
@@ -93,7 +103,7 @@ class Server:
         return await self._generate(request, parse_completion(await self.body(request)), chat=False)
 
     async def _generate(self, request: HttpRequest, gen: Generation, chat: bool) -> Response:
-        self.check_model(gen.model)
+        name = self.answer_as(gen.model)
         job = Job(lambda session: _events(session, gen, job), asyncio.get_running_loop())
         try:
             self.worker.submit(job)
@@ -106,13 +116,16 @@ class Server:
         if first.error is not None:
             raise _api_error(first.error)
         if gen.stream:
-            return StreamingResponse(self._sse(request, job, first, gen, rid, chat), media_type="text/event-stream")
-        return await self._whole(request, job, first, rid, chat)
+            sse = self._sse(request, job, first, gen, rid, name, chat)
+            return StreamingResponse(sse, media_type="text/event-stream")
+        return await self._whole(request, job, first, gen, rid, name, chat)
 
-    async def _whole(self, request: HttpRequest, job: Job, piece: Piece, rid: str, chat: bool) -> Response:
-        parts = []
+    async def _whole(self, request, job: Job, piece: Piece, gen: Generation, rid: str, name: str, chat: bool):
+        parts, scores = [], [] if gen.request.logprobs is not None else None
         while not piece.done:
             parts.append(piece.text)
+            if scores is not None:
+                scores += piece.logprobs or []
             piece = await _next(request, job)
             if piece is None:
                 return Response(status_code=499)  # the client left: its generation stopped
@@ -120,33 +133,39 @@ class Server:
             raise _api_error(piece.error)
         text, record = "".join(parts), piece.record or {}
         if not chat:
-            return JSONResponse(replies.completion_reply(rid, self.model, text, piece.finish, record))
+            return JSONResponse(replies.completion_reply(rid, name, text, piece.finish, record, scores))
         message, called = job.shape.message(text)
-        return JSONResponse(
-            replies.chat_reply(rid, self.model, message, replies.chat_finish(piece.finish, called), record)
-        )
+        if gen.one_call and called:
+            message["tool_calls"] = message["tool_calls"][:1]
+        finish = replies.chat_finish(piece.finish, called)
+        return JSONResponse(replies.chat_reply(rid, name, message, finish, record, scores))
 
-    async def _sse(self, request, job: Job, piece: Piece, gen: Generation, rid: str, chat: bool) -> AsyncIterator[str]:
+    async def _sse(self, request, job: Job, piece: Piece, gen: Generation, rid: str, name: str, chat: bool):
         splitter = job.shape.splitter() if chat else None
+        scores = _Scores(chat) if gen.request.logprobs is not None else None
         try:
-            yield _data(replies.chunk(rid, self.model, chat, first=True))
+            yield _data(replies.chunk(rid, name, chat, first=True))
             while not piece.done:
+                if scores is not None:
+                    scores.add(piece.logprobs)
                 for delta in splitter.push(piece.text) if chat else [{"text": piece.text}] * bool(piece.text):
-                    yield _data(replies.chunk(rid, self.model, chat, delta))
+                    if not (gen.one_call and delta.get("tool_calls", [{}])[0].get("index", 0) > 0):
+                        yield _data(replies.chunk(rid, name, chat, delta, logprobs=scores and scores.take()))
                 piece = await job.out.get()  # a client that leaves closes this generator (finally below)
             if piece.error is not None:
                 yield _data(_api_error(piece.error).body())
                 return
             for delta in splitter.finish() if chat else []:
-                yield _data(replies.chunk(rid, self.model, chat, delta))
+                if not (gen.one_call and delta.get("tool_calls", [{}])[0].get("index", 0) > 0):
+                    yield _data(replies.chunk(rid, name, chat, delta, logprobs=scores and scores.take()))
             record = piece.record or {}
             finish = replies.chat_finish(piece.finish, chat and splitter.called)
-            last = replies.chunk(rid, self.model, chat, finish=finish)
+            last = replies.chunk(rid, name, chat, finish=finish, logprobs=scores and scores.take())
             figures = {"timings": replies.timings(record), "speculation": replies.speculation(record)}
             yield _data({**last, **figures})
             if gen.include_usage:  # the figures on the last chunk too, where llama-server puts its timings
                 usage = {"choices": [], "usage": replies.usage(record), **figures}
-                yield _data({**replies.chunk(rid, self.model, chat), **usage})
+                yield _data({**replies.chunk(rid, name, chat), **usage})
             yield "data: [DONE]\n\n"
         finally:
             job.cancelled.set()  # a client that left stops its generation at the next step
@@ -160,18 +179,18 @@ def _events(session: Session, gen: Generation, job: Job):
     else:
         prompt, job.shape = session.text_prompt(gen.prompt), Shape()
     room = session.context_size - len(prompt)
-    asked = gen.request.max_tokens
-    if room < 1 or (asked is not None and asked > room):
+    if room < 1:
         raise ApiError(
             400,
-            f"the prompt is {len(prompt)} tokens and the context {session.context_size}: "
-            f"{'no room' if room < 1 else f'room for {room} tokens, not max_tokens = {asked}'}; "
-            "shorten the prompt or ask for fewer tokens",
-            "messages",
+            f"the prompt is {len(prompt)} tokens and the context holds {session.context_size}: no room for an "
+            "answer; shorten the conversation (or serve with a larger --ctx)",
+            "messages" if gen.messages is not None else "prompt",
             "context_length_exceeded",
         )
-    request = gen.request if asked is not None else replace(gen.request, max_tokens=room)
-    return session.complete(prompt, request)
+    # clients send fixed max_tokens (4096, 8192) whatever the model: what does not fit is clipped to the room
+    # left, and the answer then ends with finish_reason "length", as llama-server does
+    asked = gen.request.max_tokens
+    return session.complete(prompt, replace(gen.request, max_tokens=min(asked or room, room)))
 
 
 async def _next(request: HttpRequest, job: Job) -> Piece | None:
@@ -192,6 +211,25 @@ async def _disconnected(request: HttpRequest) -> None:
         message = await request.receive()
         if message["type"] == "http.disconnect":
             return
+
+
+class _Scores:
+    """Streamed log-probabilities: each piece's go out with the next chunk that carries text (a piece whose text
+    the splitter holds back, a tool call's opening, waits), the rest with the finishing chunk."""
+
+    def __init__(self, chat: bool) -> None:
+        self.chat, self.pending, self.offset = chat, [], 0
+
+    def add(self, entries: list[dict] | None) -> None:
+        self.pending += entries or []
+
+    def take(self) -> dict | None:
+        entries, self.pending = self.pending, []
+        if self.chat:
+            return replies.chat_logprobs(entries)
+        shaped = replies.completion_logprobs(entries, self.offset)
+        self.offset += sum(len(e["token"]) for e in entries)
+        return shaped
 
 
 def _data(obj: dict) -> str:

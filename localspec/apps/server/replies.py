@@ -64,27 +64,68 @@ def figures(record: dict) -> dict:
     return {"usage": usage(record), "timings": timings(record), "speculation": speculation(record)}
 
 
-def chat_reply(rid: str, model: str, message: dict, finish: str, record: dict) -> dict:
-    choice = {"index": 0, "message": message, "finish_reason": FINISH.get(finish, finish), "logprobs": None}
+def token_logprobs(entries, session) -> list[dict]:
+    """The engine's TokenLogprob entries in OpenAI's chat shape ({token, logprob, bytes, top_logprobs}); a token
+    that ends generation is not part of the answer and is left out. On the engine thread (it reads the vocab)."""
+
+    def named(token: int, logprob: float) -> dict:
+        raw = session.token_bytes(token)
+        return {"token": raw.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(raw)}
+
+    return [
+        {**named(e.token, e.logprob), "top_logprobs": [named(t, lp) for t, lp in e.top]}
+        for e in entries
+        if not session.ends_generation(e.token)
+    ]
+
+
+def chat_logprobs(entries: list[dict] | None) -> dict | None:
+    return None if entries is None else {"content": entries}
+
+
+def completion_logprobs(entries: list[dict] | None, offset: int = 0) -> dict | None:
+    """The completions API's older shape: parallel lists, `top_logprobs` a {token: logprob} map per token."""
+    if entries is None:
+        return None
+    offsets, at = [], offset
+    for e in entries:
+        offsets.append(at)
+        at += len(e["token"])
+    return {
+        "tokens": [e["token"] for e in entries],
+        "token_logprobs": [e["logprob"] for e in entries],
+        "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+        "text_offset": offsets,
+    }
+
+
+def chat_reply(rid: str, model: str, message: dict, finish: str, record: dict, logprobs=None) -> dict:
+    choice = {"index": 0, "message": message, "finish_reason": FINISH.get(finish, finish),
+              "logprobs": chat_logprobs(logprobs)}  # fmt: skip
     return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
             "choices": [choice], **figures(record)}  # fmt: skip
 
 
-def completion_reply(rid: str, model: str, text: str, finish: str, record: dict) -> dict:
-    choice = {"index": 0, "text": text, "finish_reason": FINISH.get(finish, finish), "logprobs": None}
+def completion_reply(rid: str, model: str, text: str, finish: str, record: dict, logprobs=None) -> dict:
+    choice = {"index": 0, "text": text, "finish_reason": FINISH.get(finish, finish),
+              "logprobs": completion_logprobs(logprobs)}  # fmt: skip
     return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
             "choices": [choice], **figures(record)}  # fmt: skip
 
 
-def chunk(rid: str, model: str, chat: bool, delta: dict | None = None, finish: str | None = None, first=False) -> dict:
+def chunk(
+    rid: str, model: str, chat: bool, delta: dict | None = None, finish: str | None = None, first=False, logprobs=None
+) -> dict:
     """One streamed chunk: a delta (chat: content, reasoning_content or tool_calls; completions: text), the first
-    one saying the role, or the finish reason."""
+    one saying the role, or the finish reason; ``logprobs``: its tokens' log-probabilities, shaped for the API
+    (chat_logprobs, completion_logprobs)."""
     delta, finish = delta or {}, FINISH.get(finish, finish)
     if chat:
         delta = {"role": "assistant", "content": "", **delta} if first else delta
-        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
         kind = "chat.completion.chunk"
     else:
-        choice = {"index": 0, "text": delta.get("text", ""), "finish_reason": finish, "logprobs": None}
+        text = delta.get("text", "")
+        choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": logprobs}
         kind = "text_completion"
     return {"id": rid, "object": kind, "created": int(time.time()), "model": model, "choices": [choice]}

@@ -2,7 +2,8 @@
 
 Unknown fields are ignored (clients send `user`, `metadata`, ...). A known field localspec cannot honour
 exactly is refused with a 400 naming it, rather than silently changing the answer: more than one choice,
-logit bias, penalties, log-probabilities, structured output, the old `functions` API.
+logit bias, penalties, structured output, the old `functions` API. docs/serve.md has the table of every field
+real clients send.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 from localspec.apps.server.errors import bad_request
 from localspec.apps.server.tools import ToolError, check_tools
-from localspec.session import Request
+from localspec.session import MAX_LOGPROBS, Request
 
 # field -> what a request may send without localspec changing the model's distribution
 _REFUSED = {
@@ -20,8 +21,6 @@ _REFUSED = {
     "presence_penalty": (0, 0.0, None),
     "frequency_penalty": (0, 0.0, None),
     "repetition_penalty": (1, 1.0, None),
-    "logprobs": (False, None),
-    "top_logprobs": (None, 0),
     "best_of": (1, None),
     "echo": (False, None),
     "suffix": (None, ""),
@@ -47,6 +46,7 @@ class Generation:
     include_usage: bool
     tools: list[dict] | None = None  # offered to the model (None: none, or tool_choice 'none')
     tool_choice: object = None  # 'auto', 'required' or {type: function, function: {name}}
+    one_call: bool = False  # parallel_tool_calls: false — the answer's first call only
 
 
 def parse_chat(body) -> Generation:
@@ -61,8 +61,13 @@ def parse_chat(body) -> Generation:
         raise bad_request(exc.message, exc.field) from None
     if choice == "none":
         tools, choice = None, None
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise bad_request("'parallel_tool_calls' must be true or false", "parallel_tool_calls")
+    logprobs = _chat_logprobs(body)
     checked = [_message(m, i) for i, m in enumerate(messages)]
-    return Generation(_model(body), checked, None, *_common(body), tools=tools, tool_choice=choice)
+    one_call = parallel is False
+    return Generation(_model(body), checked, None, *_common(body, logprobs), tools, choice, one_call)
 
 
 def parse_completion(body) -> Generation:
@@ -72,7 +77,23 @@ def parse_completion(body) -> Generation:
         prompt = prompt[0]
     if not isinstance(prompt, str):
         raise bad_request("'prompt' must be a string (one prompt per request)", "prompt")
-    return Generation(_model(body), None, prompt, *_common(body))
+    logprobs = body.get("logprobs")
+    if isinstance(logprobs, bool):  # some clients send the chat API's boolean here
+        logprobs = 0 if logprobs else None
+    logprobs = _number({"logprobs": logprobs}, "logprobs", int, 0, MAX_LOGPROBS)
+    return Generation(_model(body), None, prompt, *_common(body, logprobs))
+
+
+def _chat_logprobs(body: dict) -> int | None:
+    """Chat's `logprobs` (true/false) and `top_logprobs` (0-20, with logprobs true): the alternatives per token,
+    or None for no log-probabilities."""
+    wanted = body.get("logprobs")
+    if wanted is not None and not isinstance(wanted, bool):
+        raise bad_request("'logprobs' must be true or false ('top_logprobs' says how many alternatives)", "logprobs")
+    top = _number(body, "top_logprobs", int, 0, MAX_LOGPROBS)
+    if top and not wanted:
+        raise bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+    return (top or 0) if wanted else None
 
 
 def _object(body) -> dict:
@@ -160,7 +181,7 @@ def _stop(body: dict) -> tuple[str, ...]:
     raise bad_request("'stop' must be a string or a list of up to 16 non-empty strings", "stop")
 
 
-def _common(body: dict) -> tuple[Request, bool, bool]:
+def _common(body: dict, logprobs: int | None) -> tuple[Request, bool, bool]:
     tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
     request = Request(
@@ -171,11 +192,15 @@ def _common(body: dict) -> tuple[Request, bool, bool]:
         min_p=_number(body, "min_p", float, 0, 1),
         stop=_stop(body),
         seed=_number(body, "seed", int, 0),
+        logprobs=logprobs,
     )
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise bad_request("'stream' must be true or false", "stream")
-    options = body.get("stream_options") or {}
+    options = body.get("stream_options")
+    if options is not None and not stream:
+        raise bad_request("'stream_options' is only allowed with \"stream\": true", "stream_options")
+    options = options or {}
     if not isinstance(options, dict):
         raise bad_request("'stream_options' must be an object", "stream_options")
     return request, stream, bool(options.get("include_usage"))

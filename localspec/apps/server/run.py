@@ -36,11 +36,12 @@ def _check_free(host: str, port: int) -> None:
             ) from None
 
 
-def build(open_session, model: str, api_key: str | None, loopback: bool, cors: bool, queue_limit: int = QUEUE_LIMIT):
-    """The engine thread (started: the model is loaded) and the ASGI app over it."""
+def build(open_session, model: str, api_key: str | None, loopback: bool, cors: bool, queue_limit=QUEUE_LIMIT, log=None):
+    """The engine thread (started: the model is loaded) and the ASGI app over it; ``log`` takes the server's
+    notices (default: stderr)."""
     worker = Worker(open_session, Metrics(), queue_limit)
     worker.start()
-    return worker, create_app(Server(worker, model, api_key, loopback), cors)
+    return worker, create_app(Server(worker, model, api_key, loopback, log), cors)
 
 
 def serve(settings, host: str, port: int, api_key: str | None, cors: bool, cache_ram: int, say=print) -> int:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from localspec.apps.server.metrics import Metrics
+from localspec.apps.server.replies import token_logprobs
 from localspec.session import Session
 
 QUEUE_LIMIT = 16  # requests waiting for the engine; more are refused with 503 and Retry-After
@@ -34,6 +35,7 @@ class Piece:
     finish: str | None = None
     record: dict | None = None  # the turn's figures (TurnStats.to_dict), with the last piece
     error: Exception | None = None
+    logprobs: list[dict] | None = None  # the piece's tokens' log-probabilities (replies.token_logprobs), if asked
 
 
 @dataclass(eq=False)
@@ -59,6 +61,7 @@ class Worker:
         self._lock = threading.Lock()
         self._loaded = threading.Event()
         self.session: Session | None = None
+        self.card: dict = {}  # the model's figures for /v1/models, read on this thread once it loaded
         self.load_error: Exception | None = None
         self._running: set[Job] = set()  # touched by the engine thread; read by stop()
         self._thread = threading.Thread(target=self._run, name="localspec-engine", daemon=True)
@@ -100,6 +103,7 @@ class Worker:
     def _run(self) -> None:
         try:
             self.session = self._open()
+            self.card = self.session.model_card()
         except Exception as exc:  # a missing or broken model: the server does not start
             self.load_error = exc
             self._loaded.set()
@@ -126,7 +130,8 @@ class Worker:
             events = job.work(self.session)
             for event in events:
                 last = event
-                job.send(Piece(event.text, len(event.tokens)))
+                scores = None if event.logprobs is None else token_logprobs(event.logprobs, self.session)
+                job.send(Piece(event.text, len(event.tokens), logprobs=scores))
                 if job.cancelled.is_set():
                     break
         except Exception as exc:  # a bad request (context overflow) or a bug: the client is told, the server goes on

@@ -75,6 +75,7 @@ class MlxBackend(ModelBackend):
         inner = getattr(model, "model", None)
         self._inner = inner if inner is not None and hasattr(inner, "layers") and hasattr(inner, "norm") else None
         self.n_ctx = min(n_ctx or DEFAULT_CTX, max_positions or DEFAULT_CTX * 32)
+        self.train_ctx = max_positions or 0
         self.capabilities = Capabilities(
             can_truncate=(can_trim_prompt_cache(self.cache) or self._snapshots is not None) and self._never_wraps(),
             hidden_states=self._inner is not None,

@@ -88,6 +88,7 @@ class TorchBackend(ModelBackend):
         moving = sum(p.numel() * p.element_size() for p in params if p.device != self.device)
         kv_per_token = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * params[0].element_size()
         asked = min(n_ctx or DEFAULT_CTX, cfg.max_positions)
+        self.train_ctx = cfg.max_positions
         name = self.path.name if self.path.name != "<memory>" else "the model"
         self.n_ctx, note = fit_context(self.device, name, moving, kv_per_token, asked)
         self.placement = f"{self.device} {str(self.dtype).removeprefix('torch.')}" + (f" · {note}" if note else "")
@@ -205,6 +206,10 @@ class TorchBackend(ModelBackend):
     def build_id(self) -> str:
         torch = _torch()
         return f"torch {torch.__version__} {self.device} {self.dtype} threads {torch.get_num_threads()}"
+
+    @property
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
 
     def memory_bytes(self) -> int:
         model = self.model

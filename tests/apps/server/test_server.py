@@ -7,45 +7,18 @@ import time
 
 import httpx
 import pytest
-from openai import APIStatusError, OpenAI
-from support.fakes import WEATHER, ScriptedBackend
+from openai import APIStatusError
+from support.fakes import WEATHER
+from support.server import canned_session, scripted_session, serve
 
 from localspec.apps.cli import build_parser
-from localspec.apps.server.run import build, is_loopback
+from localspec.apps.server.run import is_loopback
 from localspec.apps.server.shaping import chat_prompt
 from localspec.config import settings_from_args
-from localspec.drafters.ngram import NgramDrafter
-from localspec.engine.stats import TokenEvent, TurnStats
-from localspec.sampling import SamplingParams
 from localspec.session import Request, Session
 from localspec.types import common_prefix
 
 uvicorn = pytest.importorskip("uvicorn")
-
-
-class Running:
-    """An app served by uvicorn on a free loopback port, in a thread."""
-
-    def __init__(self, app) -> None:
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.01)
-        self.port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def client(self, key: str = "none") -> OpenAI:
-        return OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0, timeout=120)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-
-
-def serve(open_session, model: str, **kw):
-    worker, app = build(open_session, model, kw.pop("api_key", None), True, False, **kw)
-    return worker, Running(app)
 
 
 @pytest.fixture(scope="module")
@@ -117,11 +90,15 @@ def test_completions_models_health_metrics(smollm):
         ({"n": 2}, 400, "n"),
         ({"logit_bias": {"1": 3}}, 400, "logit_bias"),
         ({"frequency_penalty": 0.5}, 400, "frequency_penalty"),
-        ({"logprobs": True}, 400, "logprobs"),
+        ({"logprobs": "yes"}, 400, "logprobs"),
+        ({"top_logprobs": 3}, 400, "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": 21}, 400, "top_logprobs"),
+        ({"max_tokens": 0}, 400, "max_tokens"),
+        ({"max_completion_tokens": -5}, 400, "max_completion_tokens"),
+        ({"stream_options": {"include_usage": True}}, 400, "stream_options"),
+        ({"parallel_tool_calls": "yes"}, 400, "parallel_tool_calls"),
         ({"response_format": {"type": "json_object"}}, 400, "response_format"),
         ({"temperature": "hot"}, 400, "temperature"),
-        ({"max_tokens": 100000}, 400, "messages"),
-        ({"model": "gpt-4"}, 404, "model"),
         ({"messages": []}, 400, "messages"),
     ],
 )
@@ -216,11 +193,6 @@ def test_eight_clients_of_three_requests_each_get_a_fresh_servers_answers(smollm
 
 
 # -- the scripted model: auth, hosts, queueing -------------------------------------------------------------------
-def scripted_session() -> Session:
-    backend = ScriptedBackend(vocab_size=20, eog=19)
-    return Session(backend, NgramDrafter(1, 3), SamplingParams(temperature=0), "scripted", max_tokens=8)
-
-
 def test_api_key_and_host_checks():
     worker, running = serve(scripted_session, "scripted", api_key="sesame")
     try:
@@ -307,21 +279,6 @@ def test_same_request_and_seed_give_the_same_sampled_answer():
     finally:
         running.stop()
         worker.stop()
-
-
-def canned_session(answer: str, seen: list):
-    """The scripted model whose answer is ``answer`` (in 3-character pieces); ``seen`` gets each prompt's text."""
-    session = scripted_session()
-
-    def complete(prompt, request, on_prefill=None):
-        seen.append("".join(chr(ord("a") + t) for t in prompt))  # the scripted tokenizer's inverse
-        stats = TurnStats(prompt_tokens=len(prompt), generated=len(answer) // 3 + 1)
-        pieces = [answer[i : i + 3] for i in range(0, len(answer), 3)]
-        for i, piece in enumerate(pieces):
-            yield TokenEvent((1,), piece, 0, stats, "stop" if i == len(pieces) - 1 else None)
-
-    session.complete = complete
-    return session
 
 
 TOOL_ANSWER = (

@@ -41,15 +41,15 @@ def serve(open_session, model: str, **kw):
     return worker, Running(app)
 
 
-def scripted_session() -> Session:
+def scripted_session(n_ctx: int = 4096) -> Session:
     """A 20-token scripted model (token i is the letter chr(97 + i); 19 ends the answer) with an n-gram drafter."""
-    backend = ScriptedBackend(vocab_size=20, eog=19)
+    backend = ScriptedBackend(vocab_size=20, eog=19, n_ctx=n_ctx)
     return Session(backend, NgramDrafter(1, 3), SamplingParams(temperature=0), "scripted", max_tokens=8)
 
 
-def canned_session(answer: str, seen: list):
+def canned_session(answer: str, seen: list, n_ctx: int = 4096):
     """The scripted model whose answer is ``answer`` (in 3-character pieces); ``seen`` gets each prompt's text."""
-    session = scripted_session()
+    session = scripted_session(n_ctx)
 
     def complete(prompt, request, on_prefill=None):
         seen.append("".join(chr(ord("a") + t) for t in prompt))  # the scripted tokenizer's inverse

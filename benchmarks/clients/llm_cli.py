@@ -1,0 +1,51 @@
+"""Simon Willison's `llm` CLI with an OpenAI-compatible model entry (extra-openai-models.yaml): a prompt, a
+streamed prompt and a conversation continued with `-c`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+REQUIREMENT = "llm==0.36"
+
+
+def configure(home: Path, base_url: str, model: str) -> dict:
+    """LLM_USER_PATH with one model entry pointing at the server: the only localspec-specific setting."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "extra-openai-models.yaml").write_text(
+        f'- model_id: localspec\n  model_name: {model}\n  api_base: "{base_url}"\n  api_key_name: localspec\n'
+    )
+    (home / "keys.json").write_text(json.dumps({"localspec": "sk-local"}))
+    return {**os.environ, "LLM_USER_PATH": str(home)}
+
+
+def run(env: Path, home: Path, base_url: str, model: str) -> dict:
+    child = configure(home, base_url, model)
+    llm = str(env / "bin" / "llm")
+    steps = {
+        "prompt": [llm, "-m", "localspec", "--no-stream", "Name three primary colours, comma separated."],
+        "stream": [llm, "-m", "localspec", "Write one sentence about the sea."],
+        "continue": [llm, "-c", "Now the same about a river."],
+    }
+    out = {}
+    for name, argv in steps.items():
+        started = time.perf_counter()
+        done = subprocess.run(argv, env=child, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+        out[name] = {
+            "exit_code": done.returncode,
+            "wall_s": round(time.perf_counter() - started, 2),
+            "output": done.stdout.strip()[:400],
+            "stderr": done.stderr.strip()[-400:],
+        }
+    logs = subprocess.run([llm, "logs", "-n", "2", "--json"], env=child, capture_output=True, text=True, timeout=60)
+    try:
+        last_two = json.loads(logs.stdout)
+        same = len(last_two) == 2 and last_two[0]["conversation_id"] == last_two[1]["conversation_id"]
+    except (ValueError, KeyError, TypeError):
+        same = False
+    out["continued_in_one_conversation"] = same
+    out["ok"] = all(out[s]["exit_code"] == 0 and out[s]["output"] for s in steps) and same
+    return out

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -14,16 +13,12 @@ from pathlib import Path
 
 import venvs
 
+from localspec.bench.peer import free_port
+
 HERE = Path(__file__).resolve().parent
 CHROMIUM = "/usr/bin/chromium"
 REQUIREMENT = "open-webui==0.12.4"
 DRIVER = "playwright==1.65.3"  # drives the system's Chromium: no browser download
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(url: str, timeout: float) -> bool:
@@ -47,7 +42,7 @@ def run(work: Path, front, model: str) -> dict:
     front.label = {"client": "open-webui", "version": version, "system": "localspec"}
     with urllib.request.urlopen(front.url + "/v1/models", timeout=30) as reply:  # the id Open WebUI will list
         model = json.load(reply)["data"][0]["id"]
-    port, data = _free_port(), work / "open-webui-data"
+    port, data = free_port(), work / "open-webui-data"
     data.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,

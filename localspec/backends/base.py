@@ -202,7 +202,7 @@ class Backend:
 
     @property
     def size_bytes(self) -> int:
-        """The bytes of the model's weights."""
+        """The bytes of the model's weights (without the cache memory_bytes counts too, where it does)."""
         return self.memory_bytes()
 
     def build_id(self) -> str:

@@ -149,14 +149,14 @@ class Server:
                 if scores is not None:
                     scores.add(piece.logprobs)
                 for delta in splitter.push(piece.text) if chat else [{"text": piece.text}] * bool(piece.text):
-                    if not (gen.one_call and delta.get("tool_calls", [{}])[0].get("index", 0) > 0):
+                    if _kept(delta, gen):
                         yield _data(replies.chunk(rid, name, chat, delta, logprobs=scores and scores.take()))
                 piece = await job.out.get()  # a client that leaves closes this generator (finally below)
             if piece.error is not None:
                 yield _data(_api_error(piece.error).body())
                 return
             for delta in splitter.finish() if chat else []:
-                if not (gen.one_call and delta.get("tool_calls", [{}])[0].get("index", 0) > 0):
+                if _kept(delta, gen):
                     yield _data(replies.chunk(rid, name, chat, delta, logprobs=scores and scores.take()))
             record = piece.record or {}
             finish = replies.chat_finish(piece.finish, chat and splitter.called)
@@ -211,6 +211,11 @@ async def _disconnected(request: HttpRequest) -> None:
         message = await request.receive()
         if message["type"] == "http.disconnect":
             return
+
+
+def _kept(delta: dict, gen: Generation) -> bool:
+    """Whether a streamed delta goes out: under parallel_tool_calls false, no call after the first."""
+    return not (gen.one_call and delta.get("tool_calls", [{}])[0].get("index", 0) > 0)
 
 
 class _Scores:

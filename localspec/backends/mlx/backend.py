@@ -218,11 +218,14 @@ class MlxBackend(ModelBackend):
 
         return f"mlx {meta.version('mlx')} mlx-lm {meta.version('mlx-lm')} {_mlx().default_device()}"
 
-    def memory_bytes(self) -> int:
+    @property
+    def size_bytes(self) -> int:
         from mlx.utils import tree_flatten
 
-        params = sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
-        return params + sum(c.nbytes for c in self.cache)
+        return sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
+
+    def memory_bytes(self) -> int:
+        return self.size_bytes + sum(c.nbytes for c in self.cache)
 
     def close(self) -> None:
         super().close()

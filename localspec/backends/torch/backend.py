@@ -211,11 +211,14 @@ class TorchBackend(ModelBackend):
     def n_params(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
 
+    @property
+    def size_bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self.model.parameters())
+
     def memory_bytes(self) -> int:
         model = self.model
-        params = sum(p.numel() * p.element_size() for p in model.parameters())
         cache = 0 if model.k_cache is None else 2 * model.k_cache.numel() * model.k_cache.element_size()
-        return params + cache
+        return self.size_bytes + cache
 
 
 # -- GGUF ------------------------------------------------------------------------------------------------

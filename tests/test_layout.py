@@ -193,3 +193,26 @@ def test_each_rule_fails_on_a_planted_violation(kind):
     sources[module] = sources[module] + "\n" + line
     found = layout_violations(sources)
     assert any(expected in v and v.startswith(module) for v in found), found
+
+
+def imported_test_modules(source: str) -> list[str]:
+    """The test modules a test source imports (anywhere in it, a function body too)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        found += [n for n in names if n.split(".")[-1].startswith("test_")]
+    return found
+
+
+def test_no_test_module_imports_another():
+    """Shared test code lives in tests/support/; a test module imported from another only resolves when pytest
+    happened to put its folder on sys.path first."""
+    tests = ROOT.parent / "tests"
+    offenders = {
+        str(path.relative_to(tests)): found
+        for path in sorted(tests.rglob("*.py"))
+        if (found := imported_test_modules(path.read_text()))
+    }
+    assert offenders == {} and len(list(tests.rglob("test_*.py"))) > 50  # the walk saw the suite
+    assert imported_test_modules("def f():\n    from test_llama_cpp import PROMPTS\n") == ["test_llama_cpp"]

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 from support.fakes import OracleDrafter, RandomDrafter
+from support.prompts import PROMPTS
 
 from localspec.backends.llama_cpp.backend import LlamaCppBackend
 from localspec.backends.llama_cpp.capi import avoid_amx_buffers
@@ -20,16 +21,6 @@ from localspec.sampling import SamplingParams
 pytestmark = pytest.mark.model
 GREEDY = SamplingParams(temperature=0)
 K, N = 4, 48
-PROMPTS = [
-    "Write a haiku about tea.",
-    "List the first ten prime numbers, separated by commas.",
-    "Repeat after me exactly: the quick brown fox jumps over the lazy dog. the quick brown fox",
-    "Write a Python function that returns the factorial of n.",
-    "What is the capital of France? Answer in one sentence.",
-    "Translate 'good morning' into French, Spanish and German.",
-    "Explain what a hash table is in two sentences.",
-    "Count from 1 to 20.",
-]
 
 
 @pytest.fixture(scope="module")

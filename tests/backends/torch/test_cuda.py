@@ -69,7 +69,7 @@ def test_cuda_eagle_greedy_equals_plain_and_runs_in_bf16(tmp_path, tree):
 
 def test_cuda_rows_give_the_numpy_verifiers_verdicts():
     """backends/torch/rows.py on the GPU: argmax, top-k and min-p's cut computed there, the same verdicts."""
-    from test_device_rows import SAMPLERS, random_case
+    from support.verify_cases import SAMPLERS, random_case
 
     from localspec.backends.torch.rows import TorchRows
     from localspec.engine.verify import verify_draft

@@ -95,7 +95,7 @@ def test_parity_with_llama_cpp_on_smollm2():
     """llama.cpp runs the Q4_1 weights with 8-bit-quantized activations, the torch backend the same weights
     dequantized in fp32: logits agree to within quantization noise, and greedy output is identical except
     where the best two tokens are within 0.6 logits of each other."""
-    from test_llama_cpp import PROMPTS
+    from support.prompts import PROMPTS
 
     from localspec.backends.llama_cpp.backend import LlamaCppBackend
     from localspec.chat.conversation import Conversation

@@ -3,7 +3,8 @@ client installed by this script in a virtual environment of its own (venvs.py), 
 recorded through a proxy (capture.py) for the contract tests.
 
     .venv/bin/python benchmarks/clients/run.py [--clients aider,llm,litellm,webui] [--model PATH.gguf]
-        [--repeats 3] [--formats whole,diff] [--llama-server PATH] [--out OUT.json] [--bodies DIR]
+        [--repeats 3] [--formats whole,diff] [--systems localspec,llama-server,...]
+        [--llama-server PATH] [--out OUT.json] [--bodies DIR]
 
 aider: the same scripted task (aider_task.py) through localspec (default settings: `localspec serve --model M`)
 and llama-server (`--spec-type ngram-mod`), `--repeats` times per edit format, interleaved (the order rotating),
@@ -51,14 +52,21 @@ class DefaultLocalspec(LocalspecServer):
         return [*super().argv(port)[:6], "--host", "127.0.0.1", "--port", str(port), *self.flags]
 
 
+SYSTEMS = ("localspec", "llama-server", "localspec-plain", "llama-server-plain")
+
+
 def start(system: str, model: Path, folder: Path, peer_bin: str | None):
-    """A fresh server: `localspec serve --model M` with an empty cache folder, or llama-server ngram-mod."""
+    """A fresh server: `localspec serve --model M` with an empty cache folder, or llama-server ngram-mod; the
+    `-plain` systems decode without speculation (`--drafter none`, no `--spec-type`), each system's own baseline."""
     common = {"n_ctx": 0, "threads": 2}  # 0: llama-server's context from the model, as localspec's default
-    if system == "localspec":
-        cache = own_cache(folder / "localspec-cache")
-        return DefaultLocalspec(model, [], cache, log_path=folder / "localspec.log", **common).start()
+    plain = system.endswith("-plain")
+    if system.startswith("localspec"):
+        cache = own_cache(folder / f"{system}-cache")
+        flags = ["--drafter", "none"] if plain else []
+        return DefaultLocalspec(model, flags, cache, log_path=folder / f"{system}.log", **common).start()
     binary = find_llama_server(peer_bin)
-    return LlamaServer(binary, model, "ngram-mod", log_path=folder / "llama-server.log", **common).start()
+    spec = "plain" if plain else "ngram-mod"
+    return LlamaServer(binary, model, spec, log_path=folder / f"{system}.log", **common).start()
 
 
 @contextmanager
@@ -82,7 +90,7 @@ def agent(args, work: Path, captured: list) -> dict:
     """Each run of the task on fresh servers (a user's first task: nothing learned from an earlier run), both
     systems up at once, the order rotating between runs."""
     env = venvs.client_env("aider", aider_task.REQUIREMENT)
-    runs, systems = [], ["localspec", "llama-server"]
+    runs, systems = [], args.systems
     for repeat in range(args.repeats):
         for edit_format in args.formats:
             order = systems if (repeat + args.formats.index(edit_format)) % 2 == 0 else systems[::-1]
@@ -107,8 +115,12 @@ def agent(args, work: Path, captured: list) -> dict:
         walls = {s: [r["wall_s"] for r in mine if r["system"] == s] for s in systems}
         row = {f"{s}_median_s": median(w) for s, w in walls.items()}
         row |= {f"{s}_ok": sum(r["ok"] for r in mine if r["system"] == s) for s in systems}
-        row["ratio"] = round(median(walls["localspec"]) / median(walls["llama-server"]), 3)
-        row["target"] = "ratio <= 0.85 with every run ok"
+        if {"localspec", "llama-server"} <= set(systems):
+            row["ratio"] = round(median(walls["localspec"]) / median(walls["llama-server"]), 3)
+            row["target"] = "ratio <= 0.85 with every run ok"
+        for family in ("localspec", "llama-server"):  # each system against its own plain decoding
+            if {family, f"{family}-plain"} <= set(systems):
+                row[f"{family}_to_own_plain"] = round(median(walls[family]) / median(walls[f"{family}-plain"]), 3)
         summary[edit_format] = row
     return {"version": venvs.version(env, "aider-chat"), "runs": runs, "summary": summary}
 
@@ -119,11 +131,14 @@ def main() -> int:
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--formats", default="whole,diff")
+    ap.add_argument("--systems", default="localspec,llama-server", help=f"aider's servers, of {', '.join(SYSTEMS)}")
     ap.add_argument("--llama-server", default=str(PEER_BIN) if PEER_BIN.is_dir() else None)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / f"clients-{MODEL_NAME}-{date.today()}.json"))
     ap.add_argument("--bodies", default=str(ROOT / "tests" / "apps" / "server" / "clients"))
     args = ap.parse_args()
-    args.formats = args.formats.split(",")
+    args.formats, args.systems = args.formats.split(","), args.systems.split(",")
+    if set(args.systems) - set(SYSTEMS):
+        ap.error(f"--systems: choose from {', '.join(SYSTEMS)}")
     clients = args.clients.split(",")
     work = Path(tempfile.mkdtemp(prefix="localspec-clients-"))
     report = {

@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed$(if $(GPU),-$(GPU))
 
 .PHONY: setup test chat bench clean
 
-$(STAMP): pyproject.toml setup.py localspec/drafters/suffix/_suffixtree.c scripts/llama_cmake_args.sh
+$(STAMP): pyproject.toml setup.py localspec/drafters/suffix/_suffixtree.c localspec/_shortlist.c localspec/export.h scripts/llama_cmake_args.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	@echo "installing localspec with llama-cpp-python (building llama.cpp takes 6-16 minutes the first time)"

@@ -65,6 +65,27 @@ class HostRows:
         return self.logits
 
 
+class LiveRows(HostRows):
+    """Rows read in place from a buffer the backend will overwrite (llama.cpp's logits, valid until its next
+    decode): a verdict reads the few rows it visits, and no row is copied unless the backend is about to
+    decode while the rows are still held (``detach``: one copy then) or a caller asks for the whole array."""
+
+    def __init__(self, logits: np.ndarray) -> None:
+        super().__init__(logits)
+        self.live = True
+
+    def detach(self) -> None:
+        if self.live:
+            self.logits, self.live = self.logits.copy(), False
+
+    def row(self, i: int) -> np.ndarray:
+        return self.logits[i].copy() if self.live else self.logits[i]
+
+    def numpy(self) -> np.ndarray:
+        self.detach()
+        return self.logits
+
+
 def top_gaps(rows: np.ndarray) -> np.ndarray:
     """top-1 minus top-2 logit of each row."""
     if rows.shape[1] < 2:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from localspec import shortlist
 from localspec.errors import ConfigError
 
 
@@ -56,8 +57,13 @@ class SamplingParams:
             return np.array([int(np.argmax(z))]), np.ones(1)
         vocab = z.shape[0]
         k = self.shortlist_size(vocab)
-        ids = np.sort(np.argpartition(-z, k - 1)[:k]) if k < vocab else np.arange(vocab)
-        return self.from_shortlist(ids, z[ids])
+        if k < vocab:
+            ids, logits = shortlist.top_k(z, k)
+        elif self.min_p > 0:  # no top-k: min-p's survivors are the shortlist
+            ids, logits = shortlist.above(z, float(np.log(self.min_p)))
+        else:
+            ids, logits = np.arange(vocab), z
+        return self.from_shortlist(ids, logits)
 
     def shortlist_size(self, vocab: int) -> int:
         """How many of a row's best logits can hold every candidate at T > 0: top-k's, else the vocabulary."""

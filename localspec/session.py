@@ -152,7 +152,7 @@ class Session:
         if not self.exact:
             return "fast (greedy may differ from plain decoding at near-ties; --exact for bit-identical)"
         if self.backend.capabilities.batch_invariant:
-            return "exact: batch-invariant kernels"
+            return "exact: batch-invariant kernels (greedy and seeded answers whatever the drafter)"
         return (
             f"exact: {self.backend.name} has no batch-invariant kernels here, so greedy turns take no token from "
             f"a verify row whose top two logits are within {self.exact_guard:g} ({self.exact_guard_source}; "
@@ -164,8 +164,8 @@ class Session:
         return self.exact_mode() if self.exact and not self.backend.capabilities.batch_invariant else ""
 
     def invariant_now(self, sampling: SamplingParams | None = None) -> bool:
-        """Whether a turn with ``sampling`` (default: the session's) runs batch-invariant kernels (greedy,
-        --exact, and the backend has them)."""
+        """Whether a turn with ``sampling`` (default: the session's) runs batch-invariant kernels (--exact, and
+        the backend has them: at every temperature, so that seeded sampled answers are drafter-invariant too)."""
         return exact_mode(self.backend, sampling or self.sampling, self.exact_guard)[0]
 
     def cost_cache(self, invariant: bool) -> CostCache:
@@ -346,7 +346,7 @@ class Session:
 
     def _invariant_for(self, exact: bool) -> bool:
         """Whether a runner's turns run batch-invariant kernels: its cost curve's kernels."""
-        return exact and self.sampling.greedy and self.backend.capabilities.batch_invariant
+        return exact and self.backend.capabilities.batch_invariant
 
     def _guard_margin(self) -> tuple[float, str]:
         """--exact's near-tie margin for this backend, model and build, and where it comes from."""

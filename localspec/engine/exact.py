@@ -1,4 +1,9 @@
-"""Greedy output that never flips: batch-invariant kernels, else a near-tie guard (temperature 0).
+"""Output that no drafter changes: batch-invariant kernels, else a near-tie guard (temperature 0).
+
+Under sampling, the same holds with a seed where the kernels are batch-invariant: each position's token is
+drawn from its own stream (sampling.Streams) and a point-mass draft is accepted when it equals that draw, so
+bit-identical rows give the same tokens whatever the drafter and window (tests/backends/llama_cpp). The
+near-tie guard has no sampled counterpart: a backend without such kernels keeps its fast ones at T > 0.
 
 Where the backend can compute a verify window bit for bit as 1-token steps (llama.cpp on the CPU,
 localspec/backends/llama_cpp/exact.py), greedy turns run that way and need nothing else. Elsewhere
@@ -32,14 +37,15 @@ DEFAULT_MARGIN = {"llama.cpp": 2.6, "torch": 0.05, "mlx": 0.5}  # logits; llama.
 
 
 def exact_mode(backend: Backend, sampling: SamplingParams, margin: float | None) -> tuple[bool, float | None]:
-    """How a turn keeps greedy output plain decoding's: (batch-invariant kernels, near-tie margin or None).
-    ``margin`` None: the guard is off. A backend whose windows compute as 1-token steps bit for bit needs
-    no margin (localspec/backends/llama_cpp/exact.py); any other gets the margin at temperature 0."""
-    if margin is None or not sampling.greedy:
+    """How a turn keeps its output plain decoding's: (batch-invariant kernels, near-tie margin or None).
+    ``margin`` None: `--exact` is off. A backend whose windows compute as 1-token steps bit for bit runs them at
+    every temperature and needs no margin (localspec/backends/llama_cpp/exact.py); any other gets the margin at
+    temperature 0 and nothing under sampling."""
+    if margin is None:
         return False, None
     if backend.capabilities.batch_invariant:
         return True, None
-    return False, margin
+    return False, margin if sampling.greedy else None
 
 
 def guard(verdict: Verdict, logits: np.ndarray | Rows, margin: float) -> tuple[Verdict, float | None]:

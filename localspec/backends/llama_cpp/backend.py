@@ -44,6 +44,7 @@ from localspec.backends.llama_cpp.exact import cpu_reference_mode
 from localspec.backends.llama_cpp.layout import repack
 from localspec.cpus import available_memory, default_threads
 from localspec.errors import ConfigError, ContextOverflow, ModelError
+from localspec.rows import LiveRows
 from localspec.types import ForwardOut
 
 DEFAULT_CTX = 4096  # where the model does not say its trained context (or the memory cannot be read)
@@ -90,6 +91,7 @@ class LlamaCppBackend(Backend):
         self.checkpoints = False  # a state saved before each verify window (a recurrent state without snapshots)
         self._decoded_from = 0  # the cache length before the last decode call (recurrent rollback)
         self._invariant = False
+        self._held: LiveRows | None = None  # logits handed out in place (forward), until the next decode
         self._branches = 0  # leaf sequences of the tree being verified (1..n)
         self._tree = None  # (start, leaf sequence of each row, row tokens, batch order) until accept_path
         mparams = self._model_params(n_gpu_layers, vocab_only, extra_buffers, batch_invariant, on_load)
@@ -432,12 +434,18 @@ class LlamaCppBackend(Backend):
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
             self._decode(chunk, logits=True)
-            ptr = self._lib.llama_get_logits(self._ctx)
-            rows.append(np.ctypeslib.as_array(ptr, shape=(len(chunk), self.vocab_size)).copy())
+            rows.append(self._live_logits(len(chunk)))
             if return_hidden:
                 features.append(self._features(len(chunk)))
-        logits = rows[0] if len(rows) == 1 else np.concatenate(rows)
+        logits = rows[0] if len(rows) == 1 else np.concatenate([r.numpy() for r in rows])
         return ForwardOut(logits, np.concatenate(features) if return_hidden else None)
+
+    def _live_logits(self, n: int) -> LiveRows:
+        """The last decode's ``n`` rows of logits where llama.cpp keeps them, copied only if still held at the
+        next decode (rows.py)."""
+        ptr = self._lib.llama_get_logits(self._ctx)
+        self._held = LiveRows(np.ctypeslib.as_array(ptr, shape=(n, self.vocab_size)))
+        return self._held
 
     def set_feature_layers(self, layers: Sequence[int]) -> None:
         """Which layers' inputs come back with the rows (llama.cpp gives layer inputs only: not the last
@@ -562,6 +570,9 @@ class LlamaCppBackend(Backend):
         start = len(self._tokens)
         if start + len(tokens) > self.n_ctx:
             raise ContextOverflow(f"the context is full ({self.n_ctx} tokens); start a new chat or raise --ctx")
+        if self._held is not None:  # the last rows handed out are overwritten now: they keep a copy
+            self._held.detach()
+            self._held = None
         if self._reference is not None:  # prefills keep the fast kernels; plain and speculative prefill alike
             self._reference.set(logits and self._invariant)
         batch = self._batch
@@ -599,6 +610,9 @@ class LlamaCppBackend(Backend):
         return int(self._lib.llama_model_size(self._model)) if self._model else 0
 
     def close(self) -> None:
+        if getattr(self, "_held", None) is not None:  # rows still held outlive the context: they keep a copy
+            self._held.detach()
+            self._held = None
         if self._batch is not None:
             self._lib.llama_batch_free(self._batch)
             self._batch = None

@@ -25,12 +25,7 @@
 #define SEP (-1)
 #define NONE (-1)
 
-/* The functions ctypes calls: exported from the DLL on Windows (setuptools exports only PyInit there). */
-#ifdef _WIN32
-#define API __declspec(dllexport)
-#else
-#define API __attribute__((visibility("default")))
-#endif
+#include "export.h"
 
 typedef struct {
     int32_t token, count, child, sibling, pos;

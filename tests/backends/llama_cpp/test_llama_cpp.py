@@ -266,3 +266,61 @@ def test_the_default_context_is_the_trained_one_as_far_as_memory_allows(backend,
     assert backend._default_ctx(train) == module.MIN_DEFAULT_CTX
     monkeypatch.setattr(module, "available_memory", lambda: None)
     assert backend._default_ctx(train) == module.DEFAULT_CTX
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_a_seeded_sampled_answer_is_the_same_tokens_whatever_the_drafter(backend, seed):
+    """T=0.8 with a seed under --exact (batch-invariant kernels): each position's token comes from its own
+    stream and a point-mass draft token is kept when it equals that draw, so none, ngram and suffix, with fixed
+    and adaptive windows, answer with the same tokens, and the drafters' windows were really used."""
+    sampled = SamplingParams(temperature=0.8)
+    texts = [PROMPTS[2], PROMPTS[7], PROMPTS[1]]
+    drafters = [
+        ("ngram", lambda: NgramDrafter(1, 3), K),
+        ("suffix", lambda: SuffixDrafter(SuffixOptions(min_token_prob=0.0), None), "auto"),
+        ("suffix-k8", lambda: SuffixDrafter(SuffixOptions(min_token_prob=0.0), None), 8),
+    ]
+
+    def run(text, drafter, draft_tokens):
+        backend.truncate(0)
+        return generate(
+            backend,
+            drafter,
+            prompt_tokens(backend, text),
+            sampled,
+            max_tokens=N,
+            draft_tokens=draft_tokens,
+            rng=np.random.default_rng(seed),
+            exact_guard=DEFAULT_MARGIN["llama.cpp"],
+        )
+
+    accepted, answered = dict.fromkeys([name for name, _, _ in drafters], 0), 0
+    for text in texts:
+        plain = run(text, NoDrafter(), 1)
+        assert plain.stats.guard_kernels
+        answered += len(plain.tokens)
+        for name, make, draft_tokens in drafters:
+            got = run(text, make(), draft_tokens)
+            assert got.tokens == plain.tokens, (
+                f"{name} on {text!r}: differs at {first_difference(plain.tokens, got.tokens)}"
+            )
+            accepted[name] += got.stats.accepted
+    assert answered > 40 and all(n > 0 for n in accepted.values()), (answered, accepted)
+
+
+def test_rows_handed_out_in_place_keep_their_values_after_the_next_decode(backend):
+    """forward gives llama.cpp's logits without a copy (rows.LiveRows); the next decode overwrites that
+    buffer, so the rows still held are copied first: what a caller read before and after is the same."""
+    backend.truncate(0)
+    prompt = prompt_tokens(backend, PROMPTS[0])
+    first = backend.forward(prompt[:-1]).rows
+    window = backend.forward(prompt[-1:] + [17, 42]).rows
+    assert window.live and not first.live  # the window's decode detached the prefill's rows
+    before = [window.row(i).copy() for i in range(3)]
+    argmax = window.argmax().copy()
+    backend.forward([99])  # overwrites llama.cpp's buffer
+    assert not window.live
+    assert all(np.array_equal(window.row(i), before[i]) for i in range(3))
+    assert np.array_equal(window.argmax(), argmax)
+    assert not np.array_equal(before[2], backend.forward([5]).rows.row(0))
+    backend.truncate(0)

@@ -142,6 +142,9 @@ class Verdict:
     tokens: tuple[int, ...]  # accepted draft tokens followed by the target's own token
     path: tuple[int, ...] = ()  # indices in the draft of the accepted tokens (a tree's accepted branch)
     held: bool = False  # the target's own token was left to a single-token step (localspec/engine/exact.py)
+    # a point-mass draft's tokens the walk reached (the accepted ones, then the first rejected one where there
+    # was one): the target's probability of each, its acceptance probability (engine/speclen/acceptance.py)
+    target_p: tuple[float, ...] = ()
 
     @property
     def next_token(self) -> int:

@@ -56,17 +56,20 @@ def verify_draft(
         children.setdefault(parent, []).append(i)
     accepted: list[int] = []
     path: list[int] = []
+    target_p: list[float] = []  # point-mass drafts: p of the token the walk reached at each depth
     node = -1
     while True:
         ids, p = rows.candidates(node + 1, sampler)
         draws = rng.at(len(accepted)) if isinstance(rng, Streams) else rng
         kids = children.get(node, ())
         if draft.q is None:
+            if kids:
+                target_p.append(sum(float(p[ids == draft.tokens[c]].sum()) for c in kids))  # P(some child)
             child, token = _point_mass(draft, kids, ids, p, draws)
         else:
             child, token = _with_q(draft, kids, ids, p, draws, rules)
         if child is None:  # no child accepted: ``token`` is the target's
-            return Verdict(len(draft), len(accepted), (*accepted, token), tuple(path))
+            return Verdict(len(draft), len(accepted), (*accepted, token), tuple(path), target_p=tuple(target_p))
         accepted.append(draft.tokens[child])
         path.append(child)
         node = child

@@ -212,10 +212,13 @@ class TreeDrafter(Drafter):
         return Draft(tuple(tokens), tuple(parents))
 
 
-def step_of(verified, accepted, emitted, draft_s=0.0, verify_s=0.0, step_s=0.0, *, window=None, tree=False) -> Step:
+def step_of(
+    verified, accepted, emitted, draft_s=0.0, verify_s=0.0, step_s=0.0, *, window=None, tree=False, target_p=()
+) -> Step:
     """A step record as the engine makes one, for the controller: ``verified`` draft tokens judged (a tree: its
     depth), ``accepted`` of them passed, ``emitted`` output; the forward took ``window`` positions (default
-    verified + 1), a tree's when ``tree``; drafting, verifying and the whole step took so many seconds."""
+    verified + 1), a tree's when ``tree``; drafting, verifying and the whole step took so many seconds;
+    ``target_p``: the target's probability of each draft token the verdict reached (Verdict.target_p)."""
     n = (window or verified + 1) - 1
     parents = tuple(range(-1, verified - 1)) + (-1,) * (n - verified) if tree else tuple(range(-1, n - 1))
     return Step(
@@ -225,7 +228,7 @@ def step_of(verified, accepted, emitted, draft_s=0.0, verify_s=0.0, step_s=0.0, 
         end=step_s,
         draft=Draft((0,) * n, parents),
         judged=verified,
-        verdict=Verdict(verified, accepted, tuple(emitted)),
+        verdict=Verdict(verified, accepted, tuple(emitted), target_p=tuple(target_p)),
         emitted=list(emitted),
         accepted=min(accepted, len(emitted)),
     )

@@ -20,8 +20,15 @@ the estimator also keeps the current *run*: how many of the drafter's most confi
 (confidence >= RUN_CONFIDENCE: a unique continuation of a 36-token match, as the suffix tree scores it) were
 accepted in a row since the last one was rejected, verified or followed as a shadow. Such a token's
 estimate weighs two explanations of the run (copy_acceptance): a copy, whose tokens pass with a rate near 1,
-against drafting as usual at its (bucket, band) estimate, under which a long run is a surprise. The first
-rejection ends the run, and the windows fall back to what the buckets say. In the offline replay
+against drafting as usual at its (bucket, band) estimate, under which a long run is a surprise. A token the
+target was unlikely to emit (p(x) < RUN_KEEP) ends the run, and the windows fall back to what the buckets say.
+
+Under sampling a copy is still a copy: its tokens pass with the target's probability of them, mostly near 1,
+and a rejection is the draw going the other way. So where the verdict hands back the target's p(x) of the
+tokens it reached (point-mass drafts: verify.py), the evidence is p(x), the token's acceptance probability,
+instead of the 0/1 outcome (the same in expectation, with less noise): the run survives a rejected token the
+target gave p >= RUN_KEEP, and the copy's rate is the run's mean p. At temperature 0, p(x) is 1 for an
+accepted token and 0 for a rejected one: nothing changes there. In the offline replay
 (benchmarks/suffix_replay.py, measured default-kernel curve) this is neutral on recorded answers (within
 1%); on a long copy it reaches a 64-token window in 4 steps instead of 8 (tests/engine/test_speclen.py).
 """
@@ -39,6 +46,7 @@ TURN_CARRY = 0.25  # share of the acceptance evidence that carries over into the
 # Confidence buckets (upper edges); a drafter's confidence is in [0, 1] (see Draft.confidence).
 CONFIDENCE_EDGES = (0.2, 0.35, 0.5, 0.6, 0.7, 0.8, 0.87, 0.92, 0.96)
 RUN_CONFIDENCE = 0.9  # tokens at least this confident make up a run (see the module doc)
+RUN_KEEP = 0.5  # a run token the target gave at least this probability continues the run, accepted or not
 COPY_PRIOR = 0.01  # the prior chance that a confident run is a verbatim copy rather than ordinary drafting
 
 
@@ -47,16 +55,18 @@ def band(position: int) -> int:
     return (position - 1).bit_length()
 
 
-def copy_acceptance(run: int, usual: float) -> float:
+def copy_acceptance(run: int, usual: float, passed: float | None = None) -> float:
     """A confident token's acceptance after ``run`` such tokens were accepted in a row, where tokens like it
     are usually accepted with probability ``usual``: a mixture of two explanations of the run. Either the
     drafter is copying (tokens pass with a rate p near 1: a Jeffreys Beta(1/2, 1/2) prior on p after ``run``
-    successes gives (run + 1/2) / (run + 1)), or it is drafting as usual (``usual``, whose chance of such a
-    run is usual ** run). The copy's weight is their posterior odds from COPY_PRIOR, so a run that is no
-    surprise at the usual rate (an 80% drafter's 8 in a row) changes little, and a long one becomes a copy."""
+    trials of which ``passed`` (default: all) passed gives (passed + 1/2) / (run + 1)), or it is drafting as
+    usual (``usual``, whose chance of such a run is usual ** run). The copy's weight is their posterior odds
+    from COPY_PRIOR, so a run that is no surprise at the usual rate (an 80% drafter's 8 in a row) changes
+    little, and a long one becomes a copy."""
     plain = (1.0 - COPY_PRIOR) * usual**run
     copy = COPY_PRIOR / (COPY_PRIOR + plain)
-    return copy * (run + 0.5) / (run + 1.0) + (1.0 - copy) * usual
+    passed = run if passed is None else passed
+    return copy * (passed + 0.5) / (run + 1.0) + (1.0 - copy) * usual
 
 
 def bucket(confidence: float) -> int:
@@ -75,12 +85,13 @@ class AcceptanceEstimator:
         # decayed counts per confidence bucket and position band
         self._cseen = [[0.0] * n_bands for _ in range(len(CONFIDENCE_EDGES) + 1)]
         self._chits = [[0.0] * n_bands for _ in range(len(CONFIDENCE_EDGES) + 1)]
-        self._step_obs: dict[tuple[int, int], list[int]] = {}  # this step's (bucket, band) -> [seen, hits]
+        self._step_obs: dict[tuple[int, int], list[float]] = {}  # this step's (bucket, band) -> [seen, hits]
         self._full: Draft | None = None  # the last proposal, before trimming
         self._full_conf: tuple[float, ...] | None = None  # and its tokens' confidence
         self._shadow: Draft | None = None  # an unverified point-mass proposal being compared with the output
         self._shadow_pos = 0
         self.run = 0  # confident point-mass tokens accepted in a row (see the module doc)
+        self.run_passed = 0.0  # their summed acceptance probability (= run at temperature 0)
 
     def begin_turn(self) -> None:
         """A new turn may be a different kind of text: what the last one taught counts for less."""
@@ -89,7 +100,7 @@ class AcceptanceEstimator:
         self._cseen = [[TURN_CARRY * s for s in row] for row in self._cseen]
         self._chits = [[TURN_CARRY * h for h in row] for row in self._chits]
         self._shadow, self._shadow_pos = None, 0
-        self.run = 0  # a new answer: the last one's copy is no evidence for this one's
+        self.run, self.run_passed = 0, 0.0  # a new answer: the last one's copy is no evidence for this one's
 
     # -- estimates --------------------------------------------------------------------------------------
     def profile(self) -> list[float]:
@@ -120,6 +131,7 @@ class AcceptanceEstimator:
         out = [1.0]
         bands = self._bands
         run = self.run if draft.q is None else -1  # a draft with q (a model's) is judged by its buckets alone
+        rate = self.run_passed / self.run if self.run else 1.0  # the run's mean acceptance so far
         for i, c in enumerate(confidence, 1):
             b = bisect_right(CONFIDENCE_EDGES, c)
             row = rows.get(b)
@@ -127,7 +139,7 @@ class AcceptanceEstimator:
                 row = rows[b] = self._bucket_row(b, profile[1])
             a = row[bands[i]]
             if run >= 0 and c >= RUN_CONFIDENCE:
-                a = copy_acceptance(run + i - 1, a)
+                a = copy_acceptance(run + i - 1, a, self.run_passed + (i - 1) * rate)
             out.append(a)
         return out
 
@@ -152,13 +164,17 @@ class AcceptanceEstimator:
         if draft.q is None and self._shadow is None:
             self._shadow, self._shadow_pos = draft, 0
 
-    def record(self, verified: int, accepted: int, emitted: Sequence[int]) -> None:
+    def record(
+        self, verified: int, accepted: int, emitted: Sequence[int], target_p: Sequence[float] = ()
+    ) -> None:
         """The step's outcome: `verified` tokens of the proposal went to the target, `accepted` of them
-        passed, `emitted` is what the step output (see AdaptiveK.record)."""
+        passed, `emitted` is what the step output (see AdaptiveK.record); `target_p`: the target's
+        probability of each token the verdict reached, where it gave them (Verdict.target_p)."""
         full, conf = self._full, self._full_conf
         point_mass = full is not None and full.q is None
         for i in range(1, min(verified, accepted + 1) + 1):
-            self._observe(i, i <= accepted, conf[i - 1] if conf else None, point_mass)
+            p = target_p[i - 1] if point_mass and i <= len(target_p) else None
+            self._observe(i, i <= accepted, conf[i - 1] if conf else None, point_mass, p)
         if full is not None and full.q is None and 0 < verified == accepted < len(full) and len(emitted) > verified:
             # every verified token passed and the target's own next token is free evidence for the
             # proposal's next position (it equals it with exactly that position's acceptance probability)
@@ -182,17 +198,24 @@ class AcceptanceEstimator:
             if not hit or self._shadow_pos >= len(shadow):
                 self._shadow, self._shadow_pos = None, 0
 
-    def _observe(self, i: int, hit: bool, confidence: float | None, point_mass: bool = True) -> None:
+    def _observe(
+        self, i: int, hit: bool, confidence: float | None, point_mass: bool = True, p: float | None = None
+    ) -> None:
+        """Position i's outcome; ``p``: its acceptance probability, the evidence where known (module doc)."""
+        passed = float(hit) if p is None else p
         if point_mass and confidence is not None and confidence >= RUN_CONFIDENCE:
-            self.run = self.run + 1 if hit else 0
+            if hit if p is None else p >= RUN_KEEP:
+                self.run, self.run_passed = self.run + 1, self.run_passed + passed
+            else:
+                self.run, self.run_passed = 0, 0.0
         if i > self.max_k:
             return
         self._seen[i] = DECAY * self._seen[i] + 1.0
-        self._hits[i] = DECAY * self._hits[i] + float(hit)
+        self._hits[i] = DECAY * self._hits[i] + passed
         if confidence is not None:
-            cell = self._step_obs.setdefault((bucket(confidence), band(i)), [0, 0])
+            cell = self._step_obs.setdefault((bucket(confidence), band(i)), [0, 0.0])
             cell[0] += 1
-            cell[1] += hit
+            cell[1] += passed
 
     def _flush_observations(self) -> None:
         """A (bucket, band) cell decays once per step that observes it, however many of its tokens the step

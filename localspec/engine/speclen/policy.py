@@ -329,7 +329,7 @@ class AdaptiveK:
         self._chosen.append(verified)
         self.cost.record(len(draft) + 1, self._asked, step.drafting_s, step.verify_s, step_s, not draft.is_chain)
         self._budget = min(EXPLORE_CAP_S, self._budget + EXPLORE_SHARE * step_s)
-        self.acceptance.record(verified, min(step.verdict.accepted, verified), emitted)
+        self.acceptance.record(verified, min(step.verdict.accepted, verified), emitted, step.verdict.target_p)
         if self._whole_step:
             self._whole = [DECAY * self._whole[0] + len(emitted), DECAY * self._whole[1] + 1]
             self._whole_step = False

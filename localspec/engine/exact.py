@@ -58,6 +58,6 @@ def guard(verdict: Verdict, logits: np.ndarray | Rows, margin: float) -> tuple[V
     if not len(close):
         return verdict, None
     cut = int(close[0])
-    return replace(verdict, accepted=cut, tokens=verdict.tokens[:cut], path=verdict.path[:cut], held=True, target_p=()), float(
-        gaps[cut]
-    )
+    return replace(
+        verdict, accepted=cut, tokens=verdict.tokens[:cut], path=verdict.path[:cut], held=True, target_p=()
+    ), float(gaps[cut])

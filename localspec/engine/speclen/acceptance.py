@@ -164,9 +164,7 @@ class AcceptanceEstimator:
         if draft.q is None and self._shadow is None:
             self._shadow, self._shadow_pos = draft, 0
 
-    def record(
-        self, verified: int, accepted: int, emitted: Sequence[int], target_p: Sequence[float] = ()
-    ) -> None:
+    def record(self, verified: int, accepted: int, emitted: Sequence[int], target_p: Sequence[float] = ()) -> None:
         """The step's outcome: `verified` tokens of the proposal went to the target, `accepted` of them
         passed, `emitted` is what the step output (see AdaptiveK.record); `target_p`: the target's
         probability of each token the verdict reached, where it gave them (Verdict.target_p)."""

@@ -80,10 +80,10 @@ def test_a_curve_saved_on_a_busier_machine_is_rescaled_by_the_first_new_timing()
     assert abs(ctl.verify_cost(17) - 0.40) < 1e-9  # once: later timings only move their own size
 
 
-def test_greedy_and_sampled_turns_plan_on_their_own_kernels_cost_curves(tmp_path, monkeypatch):
-    """A backend with batch-invariant kernels runs them in greedy turns only (the exact guard), and their
-    windows cost more: a temperature change swaps the controller onto the other kernels' curve, each kept
-    on disk under its own key."""
+def test_exact_and_fast_turns_plan_on_their_own_kernels_cost_curves(tmp_path, monkeypatch):
+    """A backend with batch-invariant kernels runs them in --exact turns at every temperature, and their
+    windows cost more: leaving --exact swaps the controller onto the other kernels' curve, each kept on disk
+    under its own key."""
     monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path))
     model = tmp_path / "model.gguf"
     model.write_bytes(b"GGUF")
@@ -100,17 +100,18 @@ def test_greedy_and_sampled_turns_plan_on_their_own_kernels_cost_curves(tmp_path
     session = Session(
         backend, NgramDrafter(), SamplingParams(temperature=0.8), "scripted", max_tokens=20, exact=True, exact_guard=0.5
     )
-    session.costs = session.cost_cache(False)
+    session.costs = session.cost_cache(True)
     session.speclen = session.new_policy("auto")
     conv = Conversation()
     conv.add("user", "hello")
     list(session.answer(conv))
+    assert backend.switched[-1] is True and session.kernels_invariant  # sampled, --exact: invariant kernels
+    exact_key = session.costs.key
+    session.set_exact(False)
+    list(session.answer(conv))
     assert backend.switched[-1] is False and not session.kernels_invariant
     sampled_key = session.costs.key
-    session.sampling = SamplingParams(temperature=0)
-    list(session.answer(conv))
-    assert backend.switched[-1] is True and session.kernels_invariant
-    assert session.costs.key != sampled_key and "batch-invariant" in session.costs.key
-    assert CostCache(sampled_key).load()["verify_s"], "the sampled turn's curve was saved before the swap"
+    assert exact_key != sampled_key and "batch-invariant" in exact_key
+    assert CostCache(exact_key).load()["verify_s"], "the exact turn's curve was saved before the swap"
     assert session.costs.load()["verify_s"]
-    assert "batch-invariant kernels" in session.load_report()
+    assert "fast (greedy may differ" in session.load_report()

@@ -2,11 +2,12 @@
  * A row's sampling candidates, taken in one pass over the vocabulary: the k largest logits (top-k), or
  * every logit within `gap` of the largest (min-p's survivors: p >= min_p * p_max is z >= z_max + log(min_p)).
  *
- * numpy needs a negated copy and an argpartition of the whole row for the same (2-3 ms for a 152k
- * vocabulary on a 2-core x86). Here the row is read in chunks, each first tested as a whole against the
- * current bound (a loop the compiler turns into vector compares): almost every chunk holds nothing that
- * passes, and only the rare chunk that does is walked entry by entry. The candidates come back in ascending id order, as sampling.py lists
- * them, so that the compiled and the numpy shortlist give the sampler the same input.
+ * numpy needs a partition of a copy of the whole row for the same (1.1 ms for a 152k vocabulary on a
+ * 2-core EPYC, benchmarks/sampling_cost.py). Here the row is read in chunks, each first tested as a whole
+ * against the current bound (a loop the compiler turns into vector compares): almost every chunk holds
+ * nothing that passes, and only the rare chunk that does is walked entry by entry. The candidates come back
+ * in ascending id order, as sampling.py lists them, so that the compiled and the numpy shortlist give the
+ * sampler the same input.
  *
  * Loaded with ctypes; the tiny module init below only lets setuptools build and locate it.
  */

@@ -46,7 +46,11 @@ def top_k(row: np.ndarray, k: int, use_c: bool = True) -> tuple[np.ndarray, np.n
         return ids, np.asarray(row)[ids]
     given, row = row, _contiguous_f32(row)
     ids, vals = np.empty(k, np.int32), np.empty(k, np.float32)
-    lib.sl_top_k(row.ctypes.data_as(_F32P), row.shape[0], k, ids.ctypes.data_as(_I32P), vals.ctypes.data_as(_F32P))
+    if (
+        lib.sl_top_k(row.ctypes.data_as(_F32P), row.shape[0], k, ids.ctypes.data_as(_I32P), vals.ctypes.data_as(_F32P))
+        != k
+    ):
+        return top_k(given, k, use_c=False)  # the scan could not allocate its heap
     return _given(given, row, ids, vals)
 
 

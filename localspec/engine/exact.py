@@ -1,4 +1,4 @@
-"""Output that no drafter changes: batch-invariant kernels, else a near-tie guard (temperature 0).
+"""Output that no drafter changes: batch-invariant kernels, else a near-tie guard at temperature 0.
 
 Under sampling, the same holds with a seed where the kernels are batch-invariant: each position's token is
 drawn from its own stream (sampling.Streams) and a point-mass draft is accepted when it equals that draw, so

@@ -64,7 +64,7 @@ def verify_draft(
         kids = children.get(node, ())
         if draft.q is None:
             if kids:
-                target_p.append(sum(float(p[ids == draft.tokens[c]].sum()) for c in kids))  # P(some child)
+                target_p.append(sum(_p_of(ids, p, draft.tokens[c]) for c in kids))  # P(some child)
             child, token = _point_mass(draft, kids, ids, p, draws)
         else:
             child, token = _with_q(draft, kids, ids, p, draws, rules)
@@ -73,6 +73,11 @@ def verify_draft(
         accepted.append(draft.tokens[child])
         path.append(child)
         node = child
+
+
+def _p_of(ids: np.ndarray, p: np.ndarray, x: int) -> float:
+    """p(x) of a sparse distribution (0 where x is not a candidate)."""
+    return float(p[ids == x].sum())
 
 
 def _point_mass(draft: Draft, kids, ids: np.ndarray, p: np.ndarray, draws) -> tuple[int | None, int | None]:
@@ -89,7 +94,7 @@ def _with_q(draft: Draft, kids, ids: np.ndarray, p: np.ndarray, draws, rules) ->
     (the accepted child, None), or (None, a token drawn from what is left of p)."""
     for child in kids:
         x = draft.tokens[child]
-        p_x = float(p[ids == x].sum())
+        p_x = _p_of(ids, p, x)
         q_x = float(draft.q[child, x])
         if rules is not None:
             q = draft.q[child, ids]

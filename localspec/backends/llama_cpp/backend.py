@@ -447,6 +447,12 @@ class LlamaCppBackend(Backend):
         self._held = LiveRows(np.ctypeslib.as_array(ptr, shape=(n, self.vocab_size)))
         return self._held
 
+    def _let_go_of_rows(self) -> None:
+        """Rows handed out in place copy themselves before llama.cpp's buffer changes or goes away."""
+        if getattr(self, "_held", None) is not None:  # close() may run on a half-built backend
+            self._held.detach()
+            self._held = None
+
     def set_feature_layers(self, layers: Sequence[int]) -> None:
         """Which layers' inputs come back with the rows (llama.cpp gives layer inputs only: not the last
         layer's normed output that EAGLE-1/2 heads read)."""
@@ -570,9 +576,7 @@ class LlamaCppBackend(Backend):
         start = len(self._tokens)
         if start + len(tokens) > self.n_ctx:
             raise ContextOverflow(f"the context is full ({self.n_ctx} tokens); start a new chat or raise --ctx")
-        if self._held is not None:  # the last rows handed out are overwritten now: they keep a copy
-            self._held.detach()
-            self._held = None
+        self._let_go_of_rows()  # the last rows handed out are overwritten now: they keep a copy
         if self._reference is not None:  # prefills keep the fast kernels; plain and speculative prefill alike
             self._reference.set(logits and self._invariant)
         batch = self._batch
@@ -610,9 +614,7 @@ class LlamaCppBackend(Backend):
         return int(self._lib.llama_model_size(self._model)) if self._model else 0
 
     def close(self) -> None:
-        if getattr(self, "_held", None) is not None:  # rows still held outlive the context: they keep a copy
-            self._held.detach()
-            self._held = None
+        self._let_go_of_rows()  # rows still held outlive the context: they keep a copy
         if self._batch is not None:
             self._lib.llama_batch_free(self._batch)
             self._batch = None

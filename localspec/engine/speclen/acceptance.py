@@ -202,10 +202,8 @@ class AcceptanceEstimator:
         """Position i's outcome; ``p``: its acceptance probability, the evidence where known (module doc)."""
         passed = float(hit) if p is None else p
         if point_mass and confidence is not None and confidence >= RUN_CONFIDENCE:
-            if hit if p is None else p >= RUN_KEEP:
-                self.run, self.run_passed = self.run + 1, self.run_passed + passed
-            else:
-                self.run, self.run_passed = 0, 0.0
+            copying = hit if p is None else p >= RUN_KEEP
+            self.run, self.run_passed = (self.run + 1, self.run_passed + passed) if copying else (0, 0.0)
         if i > self.max_k:
             return
         self._seen[i] = DECAY * self._seen[i] + 1.0

@@ -28,7 +28,8 @@ from localspec.sampling import SamplingParams
 
 DEFAULT_DRAFTER = "suffix"  # when models.toml recommends none for the model
 MAX_TOKENS = 512  # most tokens in one answer
-CACHE_RAM_MIB = 4096  # `serve --cache-ram`: RAM for saved conversation states (llama-server defaults to 8192)
+CACHE_RAM_MIB = 8192  # `serve`: most RAM for saved conversation states unless --cache-ram says (llama-server's)
+CACHE_RAM_SHARE = 0.25  # ... and no more than this share of the memory free once the model is loaded
 DRAFT_TOKENS = "auto"
 EXACT = False  # the fastest kernels; `--exact` asks for bit-identical greedy output, at a cost in speed
 EXACT_ENV = "LOCALSPEC_EXACT"  # 1/true/yes or 0/false/no

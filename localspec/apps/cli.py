@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from localspec import __version__
-from localspec.config import CACHE_RAM_MIB, DEFAULT_DRAFTER, MAX_TOKENS
+from localspec.config import CACHE_RAM_MIB, CACHE_RAM_SHARE, DEFAULT_DRAFTER, MAX_TOKENS
 from localspec.drafters.table import DRAFTERS
 from localspec.errors import LocalspecError
 from localspec.sampling import SamplingParams
@@ -260,10 +260,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--cache-ram",
         type=int,
-        default=CACHE_RAM_MIB,
         metavar="MIB",
         help=f"RAM for saved conversation states, so that clients taking turns prefill only new tokens "
-        f"({CACHE_RAM_MIB}; 0: keep only the live one)",
+        f"(default: {CACHE_RAM_SHARE:.0%} of the memory free after loading, at most {CACHE_RAM_MIB}; "
+        f"0: keep only the live one)",
     )
     serve.add_argument(
         "--no-persist", action="store_true", help="keep served content off disk (the suffix cache is read, not written)"

@@ -497,4 +497,5 @@ def serve_command(args) -> int:
     settings = _settings(args)
     if args.no_persist:
         settings = replace(settings, drafters=settings.drafters.with_options("suffix", persist=False))
-    return serve(settings, args.host, args.port, args.api_key, args.cors, args.cache_ram * 2**20)
+    cache_ram = None if args.cache_ram is None else args.cache_ram * 2**20
+    return serve(settings, args.host, args.port, args.api_key, args.cors, cache_ram)

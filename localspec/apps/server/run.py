@@ -11,6 +11,8 @@ import sys
 from localspec.apps.server.app import Server, create_app
 from localspec.apps.server.metrics import Metrics
 from localspec.apps.server.worker import QUEUE_LIMIT, Worker
+from localspec.config import CACHE_RAM_MIB, CACHE_RAM_SHARE
+from localspec.cpus import available_memory
 from localspec.errors import ConfigError
 from localspec.session import Session
 
@@ -36,6 +38,21 @@ def _check_free(host: str, port: int) -> None:
             ) from None
 
 
+def cache_ram_for(asked: int | None, free: int | None) -> tuple[int, str]:
+    """Bytes for saved conversation states and how that was chosen: what ``--cache-ram`` asked (bytes), else
+    a share of the memory ``free`` once the model is loaded, capped at the default (the cap alone where the
+    platform does not tell)."""
+    if asked is not None:
+        return asked, "--cache-ram"
+    cap = CACHE_RAM_MIB * 2**20
+    if free is None:
+        return cap, "free memory unknown; --cache-ram sets it"
+    share = int(free * CACHE_RAM_SHARE)
+    if share >= cap:
+        return cap, "--cache-ram sets it"
+    return share, f"{CACHE_RAM_SHARE:.0%} of the {free // 2**20} MiB free after loading; --cache-ram sets it"
+
+
 def build(open_session, model: str, api_key: str | None, loopback: bool, cors: bool, queue_limit=QUEUE_LIMIT, log=None):
     """The engine thread (started: the model is loaded) and the ASGI app over it; ``log`` takes the server's
     notices (default: stderr)."""
@@ -44,17 +61,26 @@ def build(open_session, model: str, api_key: str | None, loopback: bool, cors: b
     return worker, create_app(Server(worker, model, api_key, loopback, log), cors)
 
 
-def serve(settings, host: str, port: int, api_key: str | None, cors: bool, cache_ram: int, say=print) -> int:
+def serve(settings, host: str, port: int, api_key: str | None, cors: bool, cache_ram: int | None, say=print) -> int:
+    """``cache_ram``: bytes for saved conversation states, None: sized from free memory (``cache_ram_for``)."""
     import uvicorn
 
     loopback = is_loopback(host)
     if not loopback and not api_key:
         raise ConfigError(f"--host {host} serves other machines: give --api-key KEY (clients send it as Bearer)")
     _check_free(host, port)  # before the model loads, not after
-    worker, app = build(lambda: Session.open(settings).keep_states(cache_ram), settings.model, api_key, loopback, cors)
+    kept = {}
+
+    def open_session() -> Session:
+        session = Session.open(settings)  # sized after loading: what the weights and cache leave free
+        kept["bytes"], kept["why"] = cache_ram_for(cache_ram, available_memory())
+        return session.keep_states(kept["bytes"])
+
+    worker, app = build(open_session, settings.model, api_key, loopback, cors)
     say(f"localspec serve — {worker.session.load_report()}", file=sys.stderr)
     say(
-        f"context {worker.session.context_size} tokens · conversation states in RAM up to {cache_ram // 2**20} MiB",
+        f"context {worker.session.context_size} tokens · conversation states in RAM up to "
+        f"{kept['bytes'] // 2**20} MiB ({kept['why']})",
         file=sys.stderr,
     )
     say(f"OpenAI-compatible API on http://{host}:{port}/v1 (model {settings.model!r})", file=sys.stderr)

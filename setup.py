@@ -12,7 +12,8 @@ setup(
         Extension(
             "localspec.drafters.suffix._suffixtree",
             ["localspec/drafters/suffix/_suffixtree.c"],
-            include_dirs=["localspec"],  # export.h
+            include_dirs=["localspec"],
+            depends=["localspec/export.h"],  # rebuilt when it changes, and carried in the sdist
             # no contracted multiply-adds: the pure-Python trie must compute the same float32 figures
             extra_compile_args=[
                 "-O2",
@@ -30,6 +31,7 @@ setup(
             "localspec._shortlist",
             ["localspec/_shortlist.c"],
             include_dirs=["localspec"],
+            depends=["localspec/export.h"],
             extra_compile_args=["-O3", "-std=c99", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
             optional=True,
         ),

@@ -3,9 +3,11 @@ one's next request should prefill only its new tokens, not the whole conversatio
 
 The backend holds one live cache. Before a request, the live cache is saved if the request would cut much of
 it away, and a saved state that shares more of the prompt than the live cache is loaded instead (the engine
-then prefills what follows it). States are dropped oldest first beyond ``budget_bytes`` (`serve --cache-ram`);
-a state that is a prefix of a newer one is dropped as redundant. A drafter with a cache of its own (the MTP
-layer's) is saved and loaded with the target's state, so it need not be handed the conversation again.
+then prefills what follows it); a loaded state the prompt leaves early stays saved too (two prompts sharing a
+system prompt and files, taking turns, each keep their own tail). States are dropped oldest first beyond
+``budget_bytes`` (`serve --cache-ram`); a state that is a prefix of a newer one is dropped as redundant. A
+drafter with a cache of its own (the MTP layer's) is saved and loaded with the target's state, so it need not
+be handed the conversation again.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ class PromptStates:
         if best is not None and best_reuse >= live_reuse + MIN_TOKENS:
             self._keep(live, drafter)
             self.saved.remove(best)
+            if len(best.tokens) - best_reuse >= MIN_TOKENS:  # the prompt leaves it early: it stays saved, newest
+                self.saved.append(best)
             self.backend.load_state(best.tokens, best.state)
             if drafter is not None:  # another drafter's state is of no use to it: it starts empty
                 drafter.state = best.drafter_state if best.drafter is drafter else None

@@ -53,3 +53,19 @@ def test_a_short_difference_keeps_the_live_cache_and_the_budget_drops_the_oldest
         run(states, conversation(tag))
     assert [s.tokens[0] for s in states.saved] == [2, 3]  # room for two: conversation 1 went first
     assert states.bytes <= states.budget
+
+
+def test_alternating_prompts_that_share_a_prefix_keep_both_tails():
+    """aider's whole and diff formats taking turns, each followed by a short unrelated request (a commit
+    message): a saved state loaded to start a prompt that leaves it early stays saved, so the next request
+    that follows it all the way prefills only its new tokens."""
+    backend = Snapshotting(vocab_size=300)
+    states = PromptStates(backend, budget_bytes=10**6)
+    shared = list(range(2 * MIN_TOKENS))
+    whole, diff = shared + [101] * 3 * MIN_TOKENS, shared + [102] * 3 * MIN_TOKENS
+    commit = [250] * (MIN_TOKENS + 5)
+    for prompt in (whole, commit, diff, commit):
+        run(states, prompt)
+    assert run(states, whole + [7]) == 1  # all of the whole-format conversation is still held
+    assert run(states, commit) == 0
+    assert run(states, diff + [7]) == 1

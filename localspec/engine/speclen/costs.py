@@ -24,6 +24,7 @@ PRIOR_SLOPE = 0.5  # below the smallest measured window, each position costs hal
 MIN_SLOPE = 0.1  # past the largest measured window, each position costs at least this share of a step
 MEASURED = 2  # a window size timed this often counts as measured; below it, trying it is exploration
 CURVE_EVERY = 16  # timings between rebuilds of the interpolated cost curve
+SPIKE = 1.5  # a first timing of a window size above this many times the per-position cost of a smaller one is clipped
 TREE_RATIO = (0.5, 20.0)  # bounds of one timing's tree / chain cost ratio (a stray slow step is clipped)
 
 
@@ -162,6 +163,8 @@ class CostModel:
         if n in self._stale:
             self._rescale_loaded(seconds / self._verify[n])
         count = self._verify_n[n] = self._verify_n.get(n, 0) + 1
+        if count <= 3:  # a size's first timings: a stray slow one would price it out, and it is never retried
+            seconds = min(seconds, self._ceiling(n))
         old = self._verify.get(n, seconds)
         if count > 3:
             seconds = min(seconds, 2 * old)  # a stray slow step (the collector, another process) is clipped
@@ -171,6 +174,16 @@ class CostModel:
             self._curve = None
         else:
             self._curve[n] = self._verify[n]
+
+    def _ceiling(self, n: int) -> float:
+        """The most a first timing of window n is believed: SPIKE times the nearest smaller settled size's cost
+        scaled by the positions (batching makes a window cheaper per position than smaller ones, apart from
+        kernel switches of a few tens of percent). No bound before a smaller size has settled."""
+        settled = [m for m in self._verify if m < n and self._verify_n.get(m, 0) > 3]
+        if not settled:
+            return float("inf")
+        m = max(settled)
+        return SPIKE * self._verify[m] * n / m
 
     # -- the measured curve across sessions -----------------------------------------------------------
     def to_dict(self) -> dict:

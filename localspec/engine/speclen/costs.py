@@ -24,7 +24,7 @@ PRIOR_SLOPE = 0.5  # below the smallest measured window, each position costs hal
 MIN_SLOPE = 0.1  # past the largest measured window, each position costs at least this share of a step
 MEASURED = 2  # a window size timed this often counts as measured; below it, trying it is exploration
 CURVE_EVERY = 16  # timings between rebuilds of the interpolated cost curve
-SPIKE = 1.5  # a first timing of a window size above this many times the per-position cost of a smaller one is clipped
+SPIKE = 1.25  # a first timing of a window size above this many times the per-position cost of a smaller one is clipped
 TREE_RATIO = (0.5, 20.0)  # bounds of one timing's tree / chain cost ratio (a stray slow step is clipped)
 
 
@@ -163,7 +163,8 @@ class CostModel:
         if n in self._stale:
             self._rescale_loaded(seconds / self._verify[n])
         count = self._verify_n[n] = self._verify_n.get(n, 0) + 1
-        if count <= 3:  # a size's first timings: a stray slow one would price it out, and it is never retried
+        if count <= 3:  # a size's first timings (the first window of a size costs more; another process may run):
+            # a slow one would price the size out, and it would never be retried
             seconds = min(seconds, self._ceiling(n))
         old = self._verify.get(n, seconds)
         if count > 3:
@@ -200,13 +201,18 @@ class CostModel:
 
     def load(self, saved: dict) -> None:
         """Start from an earlier session's curve; each size counts as at most MEASURED measurements, so new
-        timings soon outweigh it if the machine changed."""
-        for key, seconds in saved.get("verify_s", {}).items():
+        timings soon outweigh it if the machine changed. Each size is believed up to SPIKE times the cost per
+        position of the size below it, as first timings are."""
+        below = None  # the last size kept, ascending: no size may cost more than SPIKE times its rate per position
+        for key, seconds in sorted(saved.get("verify_s", {}).items(), key=lambda item: int(item[0])):
             n, count = int(key), int(saved.get("count", {}).get(key, 1))
             if n not in self._verify and seconds > 0:
+                if below is not None:  # a curve saved with a stray slow timing in it would keep pricing that size out
+                    seconds = min(seconds, SPIKE * self._verify[below] * n / below)
                 self._verify[n], self._verify_n[n] = float(seconds), min(count, MEASURED)
                 self._stale.add(n)
                 self._loaded += 1
+                below = n
         self._curve = None
 
     def _rescale_loaded(self, ratio: float) -> None:

@@ -25,6 +25,8 @@ from localspec.models.registry import (
 from localspec.options import from_table
 from localspec.places import user_config_file
 from localspec.sampling import SamplingParams
+from localspec.structured import grammar as structured
+from localspec.structured.grammar import Grammar
 
 DEFAULT_DRAFTER = "suffix"  # when models.toml recommends none for the model
 MAX_TOKENS = 512  # most tokens in one answer
@@ -56,6 +58,7 @@ class Settings:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     system: str | None = None
+    grammar: Grammar | None = None  # structured output: what every answer must follow (--json-schema, --grammar)
     missing: str = ""  # why the model's file could not be found
     notices: tuple[str, ...] = ()  # one line each about an old spelling that was read (the commands print them)
     rows: tuple[tuple[str, object, str], ...] = field(default=(), compare=False)  # (setting, value, source)
@@ -182,10 +185,20 @@ def settings_from_args(args, registry: Registry | None = None) -> Settings:
         stop=tuple(rows.pick("stop", (flag("stop") or None, "flag"), ((), "default"))),
         seed=rows.pick("seed", (flag("seed"), "flag"), (None, "default (random)")),
         system=rows.pick("system", (flag("system"), "flag"), (None, "default (none)")),
+        grammar=_grammar(flag),
         missing=missing,
         notices=tuple(notices + _old_flags(flag)),
         rows=tuple(rows.rows + _environment_rows()),
     )
+
+
+def _grammar(flag) -> Grammar | None:
+    """--json-schema or --grammar, read and checked before the model loads."""
+    if flag("json_schema"):
+        return structured.from_option(flag("json_schema"), "--json-schema")
+    if flag("grammar"):
+        return structured.from_option(flag("grammar"), "--grammar")
+    return None
 
 
 def _old_flags(flag) -> list[str]:

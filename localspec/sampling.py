@@ -49,10 +49,18 @@ class SamplingParams:
             "samplers": ["top_k", "top_p", "min_p", "temperature"],
         }
 
-    def distribution(self, logits_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def distribution(self, logits_row: np.ndarray, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The target distribution of one row of logits, sparse: (token ids, probabilities summing to 1).
-        Only the surviving candidates are listed, so greedy decoding costs one argmax."""
+        Only the surviving candidates are listed, so greedy decoding costs one argmax. ``allowed`` (bool per
+        logit, a grammar's mask) restricts the row before any filter: the filters and temperature then act on
+        the allowed tokens alone, so the result is the model's distribution renormalised over them."""
         z = np.asarray(logits_row)
+        if allowed is not None:
+            ids = np.flatnonzero(allowed)
+            if not len(ids):
+                raise ValueError("the grammar allows no token here")
+            kept, p = self.distribution(z[ids])
+            return ids[kept], p
         if self.greedy:
             return np.array([int(np.argmax(z))]), np.ones(1)
         vocab = z.shape[0]

@@ -16,6 +16,7 @@ from localspec.chat.reasoning import SWITCH, ReasoningFormat, reasoning_format
 from localspec.config import MAX_TOKENS, Settings
 from localspec.cost_cache import CostCache, cache_disabled
 from localspec.drafters.base import Drafter, check_fit
+from localspec.drafters.grammar import GrammarDrafter
 from localspec.drafters.table import DRAFTERS, DrafterSetup
 from localspec.engine.baseline import PlainBaseline
 from localspec.engine.exact import exact_mode
@@ -25,6 +26,8 @@ from localspec.engine.speclen import AdaptiveK, FixedK, make_policy
 from localspec.engine.stats import TokenEvent
 from localspec.errors import ConfigError, LocalspecError
 from localspec.sampling import SamplingParams
+from localspec.structured.constraint import Constraint
+from localspec.structured.grammar import Grammar
 
 
 def thinking_options(backend: Backend, model: str, think: bool | None) -> dict:
@@ -57,6 +60,7 @@ class Request:
     stop: tuple[str, ...] = ()  # in addition to the session's
     seed: int | None = None  # a seed of its own: the same request and seed give the same answer
     logprobs: int | None = None  # the answer tokens' log-probabilities, with this many alternatives each
+    grammar: Grammar | None = None  # structured output: what the answer must follow (None: the session's)
 
     @property
     def sampling(self) -> dict:
@@ -95,6 +99,7 @@ class Session:
     states: PromptStates | None = None  # conversation states kept in RAM (the server's), else one live cache
     template_options: dict = field(default_factory=dict)  # the chat template's own variables (enable_thinking)
     fallback: str = ""  # why the recommended drafter gave way to another (the load report says it)
+    grammar: Grammar | None = None  # what every answer follows unless a request says (--json-schema, --grammar)
 
     @classmethod
     def open(cls, settings: Settings, on_load=None) -> Session:
@@ -127,6 +132,7 @@ class Session:
             settings.drafters,
             template_options=options,
             fallback=fallback,
+            grammar=settings.grammar,
         )
         session.set_exact(settings.exact)
         session.kernels_invariant = session.invariant_now()
@@ -210,7 +216,8 @@ class Session:
         )
         rng = self.rng if request.seed is None else np.random.default_rng(request.seed)
         tokens = request.max_tokens or self.max_tokens
-        return self._stream(prompt, sampling, tokens, request.stop, rng, on_prefill, request.logprobs)
+        grammar = request.grammar or self.grammar
+        return self._stream(prompt, sampling, tokens, request.stop, rng, on_prefill, request.logprobs, grammar)
 
     def keep_states(self, budget_bytes: int) -> Session:
         """Keep conversation states in RAM up to ``budget_bytes`` (where the backend can save its cache)."""
@@ -218,14 +225,17 @@ class Session:
             self.states = PromptStates(self.backend, budget_bytes)
         return self
 
-    def _stream(self, prompt, sampling, max_tokens, stop, rng, on_prefill, logprobs=None) -> Iterator[TokenEvent]:
+    def _stream(
+        self, prompt, sampling, max_tokens, stop, rng, on_prefill, logprobs=None, grammar=None
+    ) -> Iterator[TokenEvent]:
         self._follow_kernels(sampling)
+        constraint, drafter = self._constrained(grammar)
         if self.states is not None:
             self.states.prepare(prompt, self.drafter)
         try:
             yield from stream_generate(
                 self.backend,
-                self.drafter,
+                drafter,
                 prompt,
                 sampling,
                 max_tokens=max_tokens,
@@ -236,9 +246,18 @@ class Session:
                 plain=self.plain,
                 exact_guard=self.exact_guard,
                 logprobs=logprobs,
+                constraint=constraint,
             )
         finally:  # what this turn measured is there for the next start, even after Ctrl-C
             self.save_costs()
+
+    def _constrained(self, grammar: Grammar | None) -> tuple[Constraint | None, Drafter]:
+        """The answer's matcher and the drafter that runs under it: the grammar's forced tokens in front of the
+        session's drafter (grammar+suffix), or no constraint and the session's drafter."""
+        if grammar is None:
+            return None, self.drafter
+        constraint = Constraint(grammar, self.backend.grammar_tokenizer(), self.backend.vocab_size)
+        return constraint, GrammarDrafter(self.drafter)
 
     @property
     def chat_template(self) -> str | None:

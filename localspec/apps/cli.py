@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop when the answer contains this text (repeatable); end-of-turn tokens always stop",
     )
     g.add_argument("--system", help="system prompt")
+    g = common.add_argument_group("structured output (docs/structured.md)").add_mutually_exclusive_group()
+    g.add_argument("--json-schema", metavar="FILE|JSON", help="answer with JSON that follows this JSON Schema")
+    g.add_argument("--grammar", metavar="FILE", help="answer in this grammar: GBNF (llama.cpp's), or Lark")
 
     run = sub.add_parser("run", parents=[common], help="answer one prompt and print the turn's stats")
     run.add_argument("prompt", help="the user message ('-' reads it from stdin)")

@@ -27,6 +27,7 @@ from localspec.types import EMPTY_DRAFT, Draft, Step
 if TYPE_CHECKING:
     from localspec.backends.base import Backend, Capabilities
     from localspec.engine.speclen import AdaptiveK, FixedK
+    from localspec.structured.constraint import Constraint
 
 
 def match_confidence(match_len: int) -> float:
@@ -98,6 +99,7 @@ class Turn:
     sampling: SamplingParams = SamplingParams(temperature=0)  # the target's: a drafter's own q is drawn with them
     # the turn's controller (speclen), for a drafter that asks it which of its members drafts a step (a chain)
     policy: FixedK | AdaptiveK | None = None
+    constraint: Constraint | None = None  # the answer's grammar (structured output), None: free text
 
 
 class Costs(NamedTuple):
@@ -142,6 +144,11 @@ class Drafter:
     def costs(self, context: Sequence[int]) -> Costs:
         """What drafting after ``context`` costs, as far as the drafter knows (the controller weighs it)."""
         return FREE
+
+    def sure(self, context: Sequence[int]) -> int:
+        """How many leading tokens of its next proposal the drafter is certain of (a grammar's forced tokens):
+        the engine asks for and verifies at least these, whatever the controller would plan. 0: none."""
+        return 0
 
     @property
     def state(self) -> object | None:

@@ -27,6 +27,7 @@ from localspec.engine.stopping import StopStrings
 from localspec.engine.verify import verify_draft
 from localspec.errors import ConfigError, ContextOverflow
 from localspec.sampling import SamplingParams, Streams
+from localspec.structured.constraint import Constraint
 from localspec.types import EMPTY_DRAFT, Draft, Features, ForwardOut, Step, Verdict, common_prefix
 
 
@@ -44,17 +45,19 @@ def stream_generate(
     plain: PlainBaseline | None = None,
     exact_guard: float | None = None,
     logprobs: int | None = None,
+    constraint: Constraint | None = None,
 ) -> Iterator[TokenEvent]:
     """Generate a continuation of ``prompt``, one event per target forward pass. ``draft_tokens`` is a
-    fixed K, 'auto', or a policy object, and ``plain`` the plain-step timings the speedup is measured
-    against (a session passes its own of both, so what it measured carries over). ``exact_guard``: `--exact`'s
-    near-tie margin, below which a window row decides nothing at temperature 0 on a backend without
-    batch-invariant kernels (those run instead where the backend has them); None: the fast default, no guard
-    and the backend's fastest kernels. ``logprobs``: each event carries its tokens' log-probabilities with that
-    many alternatives (0: the tokens' own only; None: none computed).
+        fixed K, 'auto', or a policy object, and ``plain`` the plain-step timings the speedup is measured
+        against (a session passes its own of both, so what it measured carries over). ``exact_guard``: `--exact`'s
+        near-tie margin, below which a window row decides nothing at temperature 0 on a backend without
+        batch-invariant kernels (those run instead where the backend has them); None: the fast default, no guard
+        and the backend's fastest kernels. ``logprobs``: each event carries its tokens' log-probabilities with that
+        many alternatives (0: the tokens' own only; None: none computed). ``constraint``: the answer's grammar
+    (structured/constraint.py): every verified row is masked to what it allows, drafts are cut where it forbids.
 
-    Each step is plan, propose, verify, accept, emit, record, written into one ``Step`` that the drafter
-    observes and the stats, the plain baseline and the controller record."""
+        Each step is plan, propose, verify, accept, emit, record, written into one ``Step`` that the drafter
+        observes and the stats, the plain baseline and the controller record."""
     policy = make_policy(draft_tokens)
     plain = plain if plain is not None else PlainBaseline()
     _check_request(backend, drafter, prompt, max_tokens)
@@ -70,7 +73,9 @@ def stream_generate(
     started = time.perf_counter()
     try:
         policy.begin_turn(drafter.costs(context).per_token)
-        rows_held = drafter.begin(context, Turn(sampling, policy))  # first: a feature-fed one picks the target's rows
+        rows_held = drafter.begin(
+            context, Turn(sampling, policy, constraint)
+        )  # first: a feature-fed one picks the target's rows
         features = _prefill(backend, drafter, context, rows_held, on_prefill, stats)
         if features is not None:  # the prompt's features, in a record of nothing else
             drafter.observe(Step(context, features=features))
@@ -79,13 +84,15 @@ def stream_generate(
         while finish is None:
             step = Step(context, since=last, start=time.perf_counter())
             # plan
-            k = _plan(policy, drafter, backend, context, max_tokens - stats.generated - 1, held)
+            sure = 0 if held else drafter.sure(context)  # tokens the drafter is certain of (a grammar's forced ones)
+            k = _plan(policy, drafter, backend, context, max_tokens - stats.generated - 1, held, sure)
             step.planned = time.perf_counter()
             # propose (every step asks: with k = 0 the drafter only catches up on what it observed)
             proposal = drafter.propose(context, k)
             step.proposed, step.catchup_s = time.perf_counter(), proposal.catchup_s
             proposal = proposal if len(proposal) <= k else proposal.cut(k)
-            draft, step.judged = _window(policy, proposal, step.drafting_s, backend.n_ctx - len(context))
+            draft, step.judged = _window(policy, proposal, step.drafting_s, backend.n_ctx - len(context), sure)
+            draft = draft if constraint is None else constraint.cut(draft)
             step.draft = draft
             # verify
             if margin and len(draft) and backend.max_rollback:  # a held first row cuts the whole window off,
@@ -93,9 +100,10 @@ def stream_generate(
             out = _forward(backend, context, draft, need_hidden)
             if need_outputs and len(draft):  # lookahead: the target's guess after every node, before the verdict
                 step.outputs = out.rows.argmax()
-            verdict = verify_draft(draft, out.rows, sampling, streams.after(len(context) - len(prompt)), stats.rules)
+            rows = out.rows if constraint is None else constraint.rows(out.rows, draft)
+            verdict = verify_draft(draft, rows, sampling, streams.after(len(context) - len(prompt)), stats.rules)
             if margin and len(draft):
-                verdict, step.gap = guard(verdict, out.rows, margin)
+                verdict, step.gap = guard(verdict, rows, margin)
             step.verdict, step.forced, held = verdict, held, verdict.held
             # accept: the kept positions stay in the cache (and their features go into the record)
             step.features = _accept(backend, context, draft, out, verdict, need_hidden)
@@ -105,6 +113,8 @@ def stream_generate(
                 verdict, context, backend, detok, stopper, max_tokens - stats.generated
             )
             step.accepted = min(verdict.accepted, len(step.emitted))  # what was really emitted of the draft
+            if constraint is not None:
+                constraint.commit(step.emitted)
             # record: the drafter, the stats, the plain baseline and the controller read the one record
             drafter.observe(step)
             step.end = last = time.perf_counter()
@@ -120,30 +130,36 @@ def stream_generate(
         backend.truncate(len(context) - 1)  # restore the invariant, whatever happened mid-step
         stats.method, stats.drafter = drafter.name, drafter.end()
         stats.speclen = policy.figures()
+        if constraint is not None:
+            stats.grammar = constraint.figures(stats.generated)
         if stats.generated:
             stats.decode_s = time.perf_counter() - started
 
 
-def _plan(policy, drafter: Drafter, backend: Backend, context: list[int], left: int, held: bool) -> int:
+def _plan(policy, drafter: Drafter, backend: Backend, context: list[int], left: int, held: bool, sure: int) -> int:
     """How many tokens to ask the drafter for: no further than the context can hold and than the answer may
     still grow (``left`` tokens after the target's own); after the guard held a near-tie back, none: a
-    single-token step decides it, as plain decoding does."""
+    single-token step decides it, as plain decoding does. At least the ``sure`` tokens the drafter is certain
+    of, whatever the controller would plan."""
     cap = min(policy.max_k, left, backend.n_ctx - len(context))
     if backend.max_rollback is not None:  # a recurrent state rolls back so far: rejected drafts must fit
         cap = min(cap, backend.max_rollback)
-    return policy.plan(cap, drafter.costs(context).catchup_s) if cap > 0 and not held else 0
+    planned = policy.plan(cap, drafter.costs(context).catchup_s) if cap > 0 and not held else 0
+    return max(planned, min(sure, cap))
 
 
-def _window(policy, proposal: Draft, drafting_s: float, room: int) -> tuple[Draft, int]:
+def _window(policy, proposal: Draft, drafting_s: float, room: int, sure: int = 0) -> tuple[Draft, int]:
     """What of the proposal the target verifies, and the depth the controller judged it by.
 
     The controller sizes a tree by depth, judging it by its main branch; side branches deeper than the main
     one are cut too, so that what it measures per depth stays one kind of window (verifying them whole
     measured 0.84-0.99x plain on cases where EAGLE is weak, cut 0.95-1.10x); a tree also needs a cache slot
     per node (``room``: the context bounds its size, not only its depth), and is costed by its node count; a
-    whole draft (lookahead) is verified whole or not at all."""
+    whole draft (lookahead) is verified whole or not at all. The ``sure`` leading tokens (a grammar's forced
+    ones) are verified whatever the costs say."""
     main = proposal.main_chain()
     depth = policy.trim(main, drafting_s, None if proposal.is_chain else proposal.sizes(len(main)), proposal.whole)
+    depth = max(depth, min(sure, len(main)))  # what the drafter is certain of is verified whatever the costs
     draft = (proposal if depth else EMPTY_DRAFT) if proposal.whole else proposal.cut(depth)
     draft = draft.prefix(room)
     return draft, len(main) if draft.whole and len(draft) else max(draft.depths(), default=0)

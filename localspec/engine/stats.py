@@ -50,6 +50,7 @@ class TurnStats:
     method: str = ""  # the drafter's name
     drafter: dict = field(default_factory=dict)  # the drafter's own figures
     speclen: dict = field(default_factory=dict)  # how K was chosen (fixed, or the controller's figures)
+    grammar: dict = field(default_factory=dict)  # structured output: forced tokens, the masks' cost (constraint.py)
     plain: PlainSpeed | None = None  # in-session plain decoding near the current context length
     exact: bool = False  # `--exact` was on (greedy turns: the mechanism below; sampled turns: nothing to do)
     guard_kernels: bool = False  # the exact guard ran batch-invariant kernels (no margin needed)
@@ -186,6 +187,7 @@ class TurnStats:
             "speclen": dict(self.speclen),
             "acceptance_rules": self.rule_comparison(),
             "mode": "exact" if self.exact else "fast",
+            "grammar": dict(self.grammar) or None,
             "exact_guard": None
             if self.guard_margin is None and not self.guard_kernels
             else {
@@ -214,8 +216,16 @@ class TurnStats:
             f"{self.accepted}/{self.drafted} ({accept}), tau {self.mean_accepted_length:.2f} | draft "
             f"{self.draft_s * 1e3:.0f} ms, verify {self.verify_s * 1e3:.0f} ms, other {self.other_s * 1e3:.0f} ms"
             + guard
+            + self._grammar_text()
             + f" | {self.mode}"
         )
+
+    def _grammar_text(self) -> str:
+        g = self.grammar
+        if not g:
+            return ""
+        forced = f"forced {g['forced_accepted']}/{g['forced_drafted']}"
+        return f" | {g['kind']}: {forced}, mask {g['mask_ms_per_token']:.2f} ms/tok"
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ def speculation(record: dict) -> dict:
         "acceptance_by_position": record.get("acceptance_by_position", []),
         "speedup_in_session": record.get("speedup"),
         "mode": record.get("mode", "fast"),  # "exact" under `serve --exact`: bit-identical greedy output
+        **({"grammar": record["grammar"]} if record.get("grammar") else {}),  # structured output's figures
     }
 
 

@@ -2,8 +2,9 @@
 
 Unknown fields are ignored (clients send `user`, `metadata`, ...). A known field localspec cannot honour
 exactly is refused with a 400 naming it, rather than silently changing the answer: more than one choice,
-logit bias, penalties, structured output, the old `functions` API. docs/serve.md has the table of every field
-real clients send.
+logit bias, penalties, the old `functions` API. Structured output comes as OpenAI's `response_format`
+(json_object, json_schema) or llama-server's `json_schema` and `grammar` (GBNF) fields, one of them per request.
+docs/serve.md has the table of every field real clients send.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ from dataclasses import dataclass
 
 from localspec.apps.server.errors import bad_request
 from localspec.apps.server.tools import ToolError, check_tools
+from localspec.errors import ConfigError
 from localspec.session import MAX_LOGPROBS, Request
+from localspec.structured import grammar as structured
+from localspec.structured.grammar import Grammar
 
 # field -> what a request may send without localspec changing the model's distribution
 _REFUSED = {
@@ -67,7 +71,10 @@ def parse_chat(body) -> Generation:
     logprobs = _chat_logprobs(body)
     checked = [_message(m, i) for i, m in enumerate(messages)]
     one_call = parallel is False
-    return Generation(_model(body), checked, None, *_common(body, logprobs), tools, choice, one_call)
+    request, stream, usage = _common(body, logprobs)
+    if tools and request.grammar is not None:
+        raise bad_request("structured output and 'tools' in one request are not supported yet; send one", "tools")
+    return Generation(_model(body), checked, None, request, stream, usage, tools, choice, one_call)
 
 
 def parse_completion(body) -> Generation:
@@ -102,10 +109,46 @@ def _object(body) -> dict:
     for name, allowed in _REFUSED.items():
         if name in body and body[name] not in allowed:
             raise bad_request(_WHY.get(name, f"'{name}' is not supported: it would change the output"), name)
-    fmt = body.get("response_format")
-    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
-        raise bad_request("'response_format' other than text is not supported", "response_format")
     return body
+
+
+def _grammar(body: dict) -> Grammar | None:
+    """The request's structured output: `response_format`, or llama-server's `json_schema` / `grammar`."""
+    given = [name for name in ("response_format", "json_schema", "grammar") if body.get(name) is not None]
+    fmt = body.get("response_format")
+    if fmt is not None and isinstance(fmt, dict) and fmt.get("type") == "text":
+        given.remove("response_format")
+    if len(given) > 1:
+        raise bad_request(f"send one of {', '.join(repr(g) for g in given)}, not several", given[1])
+    if not given:
+        return None
+    name = given[0]
+    try:
+        if name == "grammar":
+            if not isinstance(body["grammar"], str):
+                raise bad_request("'grammar' must be a string (a GBNF grammar)", "grammar")
+            return structured.gbnf(body["grammar"], "'grammar'")
+        if name == "json_schema":
+            return structured.json_schema(body["json_schema"], "'json_schema'")
+        return _response_format(fmt)
+    except ConfigError as exc:
+        raise bad_request(str(exc), name) from None
+
+
+def _response_format(fmt) -> Grammar:
+    kinds = "'text', 'json_object' or 'json_schema'"
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("json_object", "json_schema"):
+        raise bad_request(f"'response_format' must be an object whose type is {kinds}", "response_format")
+    if fmt["type"] == "json_object":  # llama-server also takes a schema here
+        schema = fmt.get("schema")
+        return structured.json_object() if schema is None else structured.json_schema(schema, "response_format.schema")
+    spec = fmt.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+        raise bad_request(
+            "'response_format' json_schema needs {json_schema: {name, schema: {...}, strict}}",
+            "response_format.json_schema.schema",
+        )
+    return structured.json_schema(spec["schema"], "response_format.json_schema.schema")
 
 
 def _model(body: dict) -> str | None:
@@ -193,6 +236,7 @@ def _common(body: dict, logprobs: int | None) -> tuple[Request, bool, bool]:
         stop=_stop(body),
         seed=_number(body, "seed", int, 0),
         logprobs=logprobs,
+        grammar=_grammar(body),
     )
     stream = body.get("stream", False)
     if not isinstance(stream, bool):

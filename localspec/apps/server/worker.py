@@ -141,7 +141,7 @@ class Worker:
             if events is not None:
                 events.close()  # rolls the cache back when the client left early
         record = last.stats.to_dict() if last is not None else {}
-        record["drafter_name"] = self.session.drafter.name
+        record["drafter_name"] = record.get("method") or self.session.drafter.name  # grammar+suffix under a grammar
         finish = "cancelled" if job.cancelled.is_set() else (last.finish_reason if last else "length")
         self.metrics.answered(record, time.perf_counter() - job.queued_at)
         job.send(Piece(done=True, finish=finish, record=record))

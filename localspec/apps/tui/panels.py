@@ -49,6 +49,10 @@ class StatsPanel(Static):
             t.append(f" draft {stats.draft_s * 1e3:.0f} ms · verify {stats.verify_s * 1e3:.0f} ms\n")
             t.append(f" prefill   {stats.prefill_tokens} tok, {stats.prefill_tok_s:.0f} tok/s\n")
             t.append(f" mode      {stats.mode}\n", style="dim")
+            grammar = stats.record.get("grammar")
+            if grammar:  # structured output: forced tokens drafted for free, what the masks cost
+                forced = f"forced {grammar['forced_accepted']}/{grammar['forced_drafted']}"
+                t.append(f" {grammar['kind']}  {forced}, mask {grammar['mask_ms_per_token']:.2f} ms/tok\n", style="dim")
             by_pos = stats.acceptance_by_position
             if by_pos:
                 t.append("Per draft position\n", style="bold")

@@ -109,6 +109,7 @@ class LlamaCppBackend(Backend):
                 f"download it again or update llama-cpp-python"
             )
         self._vocab = lib.llama_model_get_vocab(self._model)
+        self._grammar_tokenizer = None  # built on first use (grammar_tokenizer)
         self.vocab_size = lib.llama_vocab_n_tokens(self._vocab)
         train_ctx = lib.llama_model_n_ctx_train(self._model)
         self.train_ctx = train_ctx
@@ -325,6 +326,25 @@ class LlamaCppBackend(Backend):
 
     def token_bytes(self, token: int) -> bytes:
         return self._piece_bytes(token, False)
+
+    def grammar_tokenizer(self):
+        """The vocabulary for llguidance, which then tokenizes through llama_tokenize natively (right for
+        SentencePiece vocabularies, which a Python callback gets wrong by a leading space). Control tokens,
+        and user-defined ones written like them (<...>), are marked special: never text a grammar allows."""
+        if self._grammar_tokenizer is None:
+            import llguidance
+
+            lib, special = self._lib, self._lib.LLAMA_TOKEN_ATTR_CONTROL
+            pieces = []
+            for token in range(self.vocab_size):
+                piece, attr = self._piece_bytes(token, True), lib.llama_vocab_get_attr(self._vocab, token)
+                user_tag = attr & lib.LLAMA_TOKEN_ATTR_USER_DEFINED and piece[:1] == b"<" and piece[-1:] == b">"
+                pieces.append(b"\xff" + piece if attr & special or user_tag else piece)
+            tokenize = ctypes.cast(lib.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
+            self._grammar_tokenizer = llguidance.LLTokenizer.from_llamacpp(
+                tokens=pieces, vocab_ptr=self._vocab, tokenize_fptr=tokenize, eos_token=sorted(self.eog_tokens)
+            )
+        return self._grammar_tokenizer
 
     def token_text(self, token: int) -> str:
         return self._piece_bytes(token, True).decode("utf-8", errors="replace")

@@ -1,6 +1,7 @@
 """Issue 49's targets, read off a `localspec bench --peer llama-server --json` report (nothing is re-measured).
 
     .venv/bin/python benchmarks/peer_targets.py benchmarks/results/bench-qwen2.5-coder-1.5b-peer-t0.8-2026-12-06.json
+    .venv/bin/python benchmarks/peer_targets.py --markdown REPORT.json    (the README's table of it)
 
 Prints per case the median decode tok/s of every method over the report's repeats, localspec's and the server's
 side by side (absolute: a ratio to one's own plain hides a slow plain), each method's median ratio to its own
@@ -91,6 +92,33 @@ def main(path: str) -> int:
     return 0
 
 
+def markdown(path: str) -> int:
+    """The README's table of the report: per kind the mean over its cases of the per-case medians, each
+    localspec method's and server type's decode tok/s with its ratio to its own system's plain (from the same
+    means), the fastest cell of the row in bold."""
+    report = json.loads(Path(path).read_text(encoding="utf-8"))
+    methods, by_kind = report["methods"], {}
+    for case_id, c in report["per_case"].items():
+        by_kind.setdefault(c["kind"], []).append({m: medians(report, case_id, m) for m in methods})
+    names = [m.replace(SERVER, "server ") if m != SERVER + "plain" else "server plain" for m in methods]
+    names = ["localspec plain" if m == "none" else n for m, n in zip(methods, names, strict=True)]
+    temperature = report["sampling"]["temperature"]
+    print(f"| T = {temperature:g}, kind | " + " | ".join(names) + " |")
+    print("|---" * (len(methods) + 1) + "|")
+    for kind, rows in by_kind.items():
+        mean = {m: statistics.fmean(r[m] for r in rows) for m in methods}
+        top = max(mean, key=mean.get)
+        cells = []
+        for m in methods:
+            plain = mean[SERVER + "plain"] if m.startswith(SERVER) else mean.get("none")
+            cell = f"{mean[m]:.1f}" + (
+                "" if m in ("none", SERVER + "plain") or not plain else f" ({mean[m] / plain:.2f})"
+            )
+            cells.append(f"**{cell}**" if m == top else cell)
+        print(f"| {kind} ({len(rows)}) | " + " | ".join(cells) + " |")
+    return 0
+
+
 def seeded(report: dict) -> int:
     """Case-runs whose every drafter answered with plain decoding's tokens (same seed, --exact)."""
     runs = report["cases"]
@@ -106,4 +134,4 @@ def seeded(report: dict) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(markdown(sys.argv[2]) if sys.argv[1] == "--markdown" else main(sys.argv[1]))

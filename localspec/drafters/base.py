@@ -109,6 +109,9 @@ class Costs(NamedTuple):
     # None when unknown (a network: the first call drafts a short window to find out)
     per_token: float | None
     catchup_s: float  # seconds a proposal now would first spend catching up on the context (a draft model)
+    # leading tokens of the next proposal the drafter is certain of (a grammar's forced tokens): the engine asks
+    # for and verifies at least these, whatever the controller would plan
+    sure: int = 0
 
 
 DEFAULT_TURN = Turn()  # greedy, no controller: a drafter driven outside the engine (a replay, a test)
@@ -144,11 +147,6 @@ class Drafter:
     def costs(self, context: Sequence[int]) -> Costs:
         """What drafting after ``context`` costs, as far as the drafter knows (the controller weighs it)."""
         return FREE
-
-    def sure(self, context: Sequence[int]) -> int:
-        """How many leading tokens of its next proposal the drafter is certain of (a grammar's forced tokens):
-        the engine asks for and verifies at least these, whatever the controller would plan. 0: none."""
-        return 0
 
     @property
     def state(self) -> object | None:

@@ -3,7 +3,7 @@ closing brace) are drafted for free in front of another drafter (``grammar+suffi
 
 Each step the inner drafter proposes as usual. When the grammar forces tokens next and the inner proposal does
 not already begin with them (a point-mass chain), the forced tokens are the draft instead, at full confidence;
-either way the engine verifies them whatever the controller would plan (``sure``). They are verified like any
+either way the engine verifies them whatever the controller would plan (``Costs.sure``). They are verified like any
 draft, never emitted unverified: a forced token in a tokenisation the model would not choose is simply rejected.
 The inner drafter then observes the step as one it did not draft.
 """
@@ -28,9 +28,6 @@ class GrammarDrafter(Drafter):
         self.constraint = turn.constraint
         return self.inner.begin(prompt, turn)
 
-    def sure(self, context: Sequence[int]) -> int:
-        return len(self.constraint.forced()) if self.constraint is not None else 0
-
     def propose(self, context: Sequence[int], max_tokens: int) -> Draft:
         draft = self.inner.propose(context, max_tokens)
         self._drafted = False
@@ -54,7 +51,8 @@ class GrammarDrafter(Drafter):
         return self.inner.end()
 
     def costs(self, context: Sequence[int]) -> Costs:
-        return self.inner.costs(context)
+        costs = self.inner.costs(context)
+        return costs._replace(sure=len(self.constraint.forced())) if self.constraint is not None else costs
 
     @property
     def state(self):

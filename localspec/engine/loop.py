@@ -84,7 +84,7 @@ def stream_generate(
         while finish is None:
             step = Step(context, since=last, start=time.perf_counter())
             # plan
-            sure = 0 if held else drafter.sure(context)  # tokens the drafter is certain of (a grammar's forced ones)
+            sure = 0 if held else drafter.costs(context).sure  # tokens it is certain of (a grammar's forced ones)
             k = _plan(policy, drafter, backend, context, max_tokens - stats.generated - 1, held, sure)
             step.planned = time.perf_counter()
             # propose (every step asks: with k = 0 the drafter only catches up on what it observed)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from localspec.backends.base import Backend, Progress
-from localspec.drafters.base import Drafter, Turn, check_fit
+from localspec.drafters.base import Costs, Drafter, Turn, check_fit
 from localspec.engine.baseline import PlainBaseline
 from localspec.engine.exact import exact_mode, guard
 from localspec.engine.logprobs import step_logprobs
@@ -48,16 +48,16 @@ def stream_generate(
     constraint: Constraint | None = None,
 ) -> Iterator[TokenEvent]:
     """Generate a continuation of ``prompt``, one event per target forward pass. ``draft_tokens`` is a
-        fixed K, 'auto', or a policy object, and ``plain`` the plain-step timings the speedup is measured
-        against (a session passes its own of both, so what it measured carries over). ``exact_guard``: `--exact`'s
-        near-tie margin, below which a window row decides nothing at temperature 0 on a backend without
-        batch-invariant kernels (those run instead where the backend has them); None: the fast default, no guard
-        and the backend's fastest kernels. ``logprobs``: each event carries its tokens' log-probabilities with that
-        many alternatives (0: the tokens' own only; None: none computed). ``constraint``: the answer's grammar
+    fixed K, 'auto', or a policy object, and ``plain`` the plain-step timings the speedup is measured
+    against (a session passes its own of both, so what it measured carries over). ``exact_guard``: `--exact`'s
+    near-tie margin, below which a window row decides nothing at temperature 0 on a backend without
+    batch-invariant kernels (those run instead where the backend has them); None: the fast default, no guard
+    and the backend's fastest kernels. ``logprobs``: each event carries its tokens' log-probabilities with that
+    many alternatives (0: the tokens' own only; None: none computed). ``constraint``: the answer's grammar
     (structured/constraint.py): every verified row is masked to what it allows, drafts are cut where it forbids.
 
-        Each step is plan, propose, verify, accept, emit, record, written into one ``Step`` that the drafter
-        observes and the stats, the plain baseline and the controller record."""
+    Each step is plan, propose, verify, accept, emit, record, written into one ``Step`` that the drafter
+    observes and the stats, the plain baseline and the controller record."""
     policy = make_policy(draft_tokens)
     plain = plain if plain is not None else PlainBaseline()
     _check_request(backend, drafter, prompt, max_tokens)
@@ -73,9 +73,8 @@ def stream_generate(
     started = time.perf_counter()
     try:
         policy.begin_turn(drafter.costs(context).per_token)
-        rows_held = drafter.begin(
-            context, Turn(sampling, policy, constraint)
-        )  # first: a feature-fed one picks the target's rows
+        # first: a feature-fed one picks the target's rows
+        rows_held = drafter.begin(context, Turn(sampling, policy, constraint))
         features = _prefill(backend, drafter, context, rows_held, on_prefill, stats)
         if features is not None:  # the prompt's features, in a record of nothing else
             drafter.observe(Step(context, features=features))
@@ -84,8 +83,9 @@ def stream_generate(
         while finish is None:
             step = Step(context, since=last, start=time.perf_counter())
             # plan
-            sure = 0 if held else drafter.costs(context).sure  # tokens it is certain of (a grammar's forced ones)
-            k = _plan(policy, drafter, backend, context, max_tokens - stats.generated - 1, held, sure)
+            costs = drafter.costs(context)
+            sure = 0 if held else costs.sure  # tokens it is certain of (a grammar's forced ones)
+            k = _plan(policy, costs, backend, context, max_tokens - stats.generated - 1, held, sure)
             step.planned = time.perf_counter()
             # propose (every step asks: with k = 0 the drafter only catches up on what it observed)
             proposal = drafter.propose(context, k)
@@ -136,7 +136,7 @@ def stream_generate(
             stats.decode_s = time.perf_counter() - started
 
 
-def _plan(policy, drafter: Drafter, backend: Backend, context: list[int], left: int, held: bool, sure: int) -> int:
+def _plan(policy, costs: Costs, backend: Backend, context: list[int], left: int, held: bool, sure: int) -> int:
     """How many tokens to ask the drafter for: no further than the context can hold and than the answer may
     still grow (``left`` tokens after the target's own); after the guard held a near-tie back, none: a
     single-token step decides it, as plain decoding does. At least the ``sure`` tokens the drafter is certain
@@ -144,7 +144,7 @@ def _plan(policy, drafter: Drafter, backend: Backend, context: list[int], left: 
     cap = min(policy.max_k, left, backend.n_ctx - len(context))
     if backend.max_rollback is not None:  # a recurrent state rolls back so far: rejected drafts must fit
         cap = min(cap, backend.max_rollback)
-    planned = policy.plan(cap, drafter.costs(context).catchup_s) if cap > 0 and not held else 0
+    planned = policy.plan(cap, costs.catchup_s) if cap > 0 and not held else 0
     return max(planned, min(sure, cap))
 
 

@@ -19,10 +19,14 @@ from collections.abc import Sequence
 
 from localspec.engine.speclen.acceptance import DECAY  # the draft line forgets at the acceptance estimates' rate
 
-COST_EMA = 0.2  # weight of the newest timing in the running averages
+COST_EMA = 0.2  # weight of the newest timing in the running averages...
+# ...and of one below them: a forward costs at least what it is timed at (another process, the collector, a page
+# fault only ever add), so the averages follow the floor and a stray slow step fades
+COST_DOWN = 0.5
 PRIOR_SLOPE = 0.5  # below the smallest measured window, each position costs half a single step
 MIN_SLOPE = 0.1  # past the largest measured window, each position costs at least this share of a step
 MEASURED = 2  # a window size timed this often counts as measured; below it, trying it is exploration
+# (a size loaded from an earlier session counts as timed once: a promising one is tried again)
 CURVE_EVERY = 16  # timings between rebuilds of the interpolated cost curve
 SPIKE = 1.25  # a first timing of a window size above this many times the per-position cost of a smaller one is clipped
 TREE_RATIO = (0.5, 20.0)  # bounds of one timing's tree / chain cost ratio (a stray slow step is clipped)
@@ -40,6 +44,7 @@ class CostModel:
         self._overhead: float | None = None  # per-step seconds outside draft and verify
         self._loaded = 0  # window sizes whose cost came from an earlier session
         self._stale: set[int] = set()  # loaded sizes, until the first timing of this session rescales them
+        self._unconfirmed: set[int] = set()  # loaded sizes not timed in this session yet
         self.line = DraftLine()  # the current drafter's cost of drafting
         # a tree of n tokens over a chain of n: llama.cpp verifies a tree as several sequences and decodes an
         # accepted side branch again, so the same tokens cost more as a tree (not persisted; None: untimed)
@@ -81,14 +86,27 @@ class CostModel:
         """Seconds for a forward of n positions: measured, else interpolated between measured sizes. Below
         the smallest measured size each position costs PRIOR_SLOPE single steps; past the largest, the mean
         per-position slope so far (at least MIN_SLOPE of a step) — a guess on the dear side, so a big
-        window is tried out of the exploration budget rather than on faith."""
+        window is tried out of the exploration budget rather than on faith. A size loaded from an earlier
+        session and not timed in this one is believed no dearer than this session's timings put it (see
+        _believed)."""
         if not self._verify:
             return None
-        if n in self._verify:
+        if n in self._verify and n not in self._unconfirmed:
             return self._verify[n]
         if self._curve is not None and n < len(self._curve):
             return self._curve[n]
-        return self._estimate(n, sorted(self._verify))
+        return self._believed(n, sorted(self._verify), sorted(set(self._verify) - self._unconfirmed))
+
+    def _believed(self, n: int, known: list[int], timed: list[int]) -> float:
+        """verify(n) from the sizes ``known`` (those ``timed`` in this session among them). A loaded size not
+        timed again is taken at the lower of its saved cost and what this session's timings interpolate for it:
+        a size saved too dear (timed beside another process) would never be tried and corrected, one believed
+        too cheap is tried and its timing corrects it. (One timed size says nothing of the curve's slope.)"""
+        if n not in self._verify:
+            return self._estimate(n, known)
+        if n not in self._unconfirmed or len(timed) < 2:
+            return self._verify[n]
+        return min(self._verify[n], self._estimate(n, timed))
 
     def _estimate(self, n: int, known: list[int]) -> float:
         v = self._verify
@@ -109,8 +127,8 @@ class CostModel:
         between and past them are rebuilt when a new size is measured and every CURVE_EVERY timings (they
         move little, and rebuilding costs more than the rest of a step's planning)."""
         if self._curve is None:
-            known = sorted(self._verify)
-            self._curve = [0.0] + [self._verify.get(n) or self._estimate(n, known) for n in range(1, self.max_k + 2)]
+            known, timed = sorted(self._verify), sorted(set(self._verify) - self._unconfirmed)
+            self._curve = [0.0] + [self._believed(n, known, timed) for n in range(1, self.max_k + 2)]
             self._curve_age = 0
         return self._curve
 
@@ -162,6 +180,8 @@ class CostModel:
     def _time_window(self, n: int, seconds: float) -> None:
         if n in self._stale:
             self._rescale_loaded(seconds / self._verify[n])
+        confirmed = n not in self._unconfirmed
+        self._unconfirmed.discard(n)
         count = self._verify_n[n] = self._verify_n.get(n, 0) + 1
         if count <= 3:  # a size's first timings (the first window of a size costs more; another process may run):
             # a slow one would price the size out, and it would never be retried
@@ -169,7 +189,10 @@ class CostModel:
         old = self._verify.get(n, seconds)
         if count > 3:
             seconds = min(seconds, 2 * old)  # a stray slow step (the collector, another process) is clipped
-        self._verify[n] = old + max(COST_EMA, 1 / count) * (seconds - old)  # a plain mean until it settles
+        # a loaded size's first timing that comes in cheaper replaces it (the saved one may have run beside
+        # another process); a dearer one is averaged with it
+        weight = (COST_DOWN if confirmed else 1.0) if seconds < old else COST_EMA
+        self._verify[n] = old + max(weight, 1 / count) * (seconds - old)  # a plain mean until it settles
         self._curve_age += 1
         if self._curve is None or count == 1 or self._curve_age >= CURVE_EVERY or n >= len(self._curve):
             self._curve = None
@@ -197,29 +220,37 @@ class CostModel:
     def swap(self, saved: dict) -> None:
         """Plan on another verify-cost curve (``saved``, possibly empty) from now on: the kernels changed."""
         self._verify, self._verify_n, self._curve, self._stale, self._loaded = {}, {}, None, set(), 0
+        self._unconfirmed = set()
         self.load(saved)
 
     def load(self, saved: dict) -> None:
-        """Start from an earlier session's curve; each size counts as at most MEASURED measurements, so new
-        timings soon outweigh it if the machine changed. Each size is believed up to SPIKE times the cost per
-        position of the size below it, as first timings are."""
-        below = None  # the last size kept, ascending: no size may cost more than SPIKE times its rate per position
+        """Start from an earlier session's curve. Each size counts as timed once: new timings soon outweigh it
+        if the machine changed, and a promising size is tried again out of the exploration budget, so a size
+        saved too dear (timed while another process ran) is not ruled out for good. Each size is believed up to
+        SPIKE times the lowest cost per position of the sizes below it, as first timings are."""
+        rate = None  # the lowest seconds per position of the sizes kept so far (ascending)
         for key, seconds in sorted(saved.get("verify_s", {}).items(), key=lambda item: int(item[0])):
-            n, count = int(key), int(saved.get("count", {}).get(key, 1))
+            n = int(key)
             if n not in self._verify and seconds > 0:
-                if below is not None:  # a curve saved with a stray slow timing in it would keep pricing that size out
-                    seconds = min(seconds, SPIKE * self._verify[below] * n / below)
-                self._verify[n], self._verify_n[n] = float(seconds), min(count, MEASURED)
+                if rate is not None:  # a curve saved with a stray slow timing in it would keep pricing that size out
+                    seconds = min(seconds, SPIKE * rate * n)
+                self._verify[n], self._verify_n[n] = float(seconds), MEASURED - 1
                 self._stale.add(n)
+                self._unconfirmed.add(n)
                 self._loaded += 1
-                below = n
+                rate = seconds / n if rate is None else min(rate, seconds / n)
         self._curve = None
 
     def _rescale_loaded(self, ratio: float) -> None:
-        """The first new timing of a loaded size: the machine may be busier or idler than when the curve was
-        saved. Its shape is kept, its level follows: every size not timed again yet is scaled by the ratio
-        (bounded, one timing is noisy), so a window that looked dear under load is not ruled out for good."""
-        ratio = min(max(ratio, 0.5), 2.0)
+        """The first new timing of a loaded size: the machine may be idler than when the curve was saved. Its
+        shape is kept, its level follows downwards: every size not timed again yet is scaled by the ratio
+        (at most halved, one timing is noisy), so a window that looked dear under load is not ruled out for
+        good. Never upwards: a slower first timing is more likely another process than a slower machine, and a
+        curve scaled up by it, saved and loaded again ratchets up session after session (seen on this box:
+        8 positions saved at 401 ms after three busy bench runs and 698 ms after a fourth, where 236 was due).
+        A machine that did get slower shows it in the sizes it uses; a size priced too cheap is tried, and
+        its first timing corrects it."""
+        ratio = min(max(ratio, 0.5), 1.0)
         for m in self._stale:
             self._verify[m] *= ratio
         self._stale.clear()

@@ -63,10 +63,11 @@ def _llama_calls(text: str) -> list[ToolCall]:
 
 
 def parse_answer(
-    text: str, fmt: str, tools: bool, think: bool = True, in_think: bool = False, markers=(THINK, END_THINK)
+    text: str, fmt: str, tools: bool, think=True, in_think=False, markers=(THINK, END_THINK), keep_space=False
 ) -> tuple[str | None, str, list[ToolCall]]:
     """(reasoning or None, content, calls) of a whole answer; in_think: the prompt opened the reasoning already;
-    markers: the reasoning's start and end (the template's, localspec/chat/reasoning.py)."""
+    markers: the reasoning's start and end (the template's, localspec/chat/reasoning.py); keep_space: the
+    content as the model wrote it (AnswerSplitter's), else without its surrounding white space."""
     start, end = markers
     reasoning, rest, calls = "", text, []
     if think and (in_think or text.lstrip().startswith(start)):
@@ -85,7 +86,9 @@ def parse_answer(
             return "" if call else match.group(0)
 
         rest = _BLOCK.sub(take, rest)
-    return reasoning.strip() or None, rest.strip(), calls
+    reasoning = reasoning.strip() or None
+    content = rest.strip() if not keep_space else rest.lstrip() if reasoning is not None else rest
+    return reasoning, content, calls
 
 
 def _fenced_calls(text: str) -> list[ToolCall]:

@@ -176,6 +176,8 @@ def _events(session: Session, gen: Generation, job: Job):
     shape goes to the job, read once its first piece arrived)."""
     if gen.messages is not None:
         prompt, job.shape = chat_prompt(session, gen.messages, gen.tools, gen.tool_choice)
+        if gen.request.grammar is not None:  # the content is what the grammar matched, white space and all
+            job.shape = replace(job.shape, verbatim=True)
     else:
         prompt, job.shape = session.text_prompt(gen.prompt), Shape()
     room = session.context_size - len(prompt)

@@ -18,16 +18,24 @@ class Shape:
     prefix: str = ""  # the answer's forced opening (tool_choice 'required' or a named function)
     in_think: bool = False  # the prompt opened the reasoning
     think: tuple[str, str] = markers(None)  # the reasoning's start and end markers (the template's)
+    verbatim: bool = False  # content as the model wrote it, white space and all (a grammar's answer)
 
     def splitter(self) -> AnswerSplitter:
-        splitter = AnswerSplitter(self.fmt, self.tools, in_think=self.in_think, markers=self.think)
+        splitter = AnswerSplitter(
+            self.fmt, self.tools, in_think=self.in_think, markers=self.think, keep_space=self.verbatim
+        )
         splitter.push(self.prefix)  # an opened call: nothing goes out before it closes
         return splitter
 
     def message(self, text: str) -> tuple[dict, bool]:
         """The whole answer as an assistant message, and whether it called tools."""
         reasoning, content, calls = parse_answer(
-            self.prefix + text, self.fmt, self.tools, in_think=self.in_think, markers=self.think
+            self.prefix + text,
+            self.fmt,
+            self.tools,
+            in_think=self.in_think,
+            markers=self.think,
+            keep_space=self.verbatim,
         )
         message = {"role": "assistant", "content": content if content or not calls else None}
         if reasoning is not None:

@@ -4,6 +4,7 @@ llama-server's `json_schema` and `grammar` (GBNF) body fields on chat and /v1/co
 parse and follow the schema at T = 0 and T = 0.8, where the unconstrained 135M model rarely writes JSON at all."""
 
 import json
+import re
 from typing import Annotated
 
 import httpx
@@ -103,3 +104,22 @@ def test_structured_output_with_tools_is_refused_clearly(smollm):
     body = {"messages": QUESTION, "tools": [tool], "response_format": {"type": "json_object"}}
     reply = httpx.post(smollm.url + "/v1/chat/completions", json=body, timeout=60)
     assert reply.status_code == 400 and reply.json()["error"]["param"] == "tools"
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_grammars_answer_keeps_its_white_space_on_chat(smollm, stream):
+    """A chat answer's content is otherwise trimmed; under a grammar it is what the grammar matched: a list whose
+    items end in a newline ends in one (llama-server's answers do; trimmed, they failed the grammar's own check)."""
+    grammar = 'root ::= " " item item\nitem ::= "- " [a-z ]+ "\\n"\n'
+    body = {"messages": QUESTION, "grammar": grammar, "max_tokens": 60, "temperature": 0, "stream": stream}
+    with httpx.stream("POST", smollm.url + "/v1/chat/completions", json=body, timeout=120) as reply:
+        if stream:
+            chunks = [json.loads(line[6:]) for line in reply.iter_lines() if line.startswith("data: {")]
+            text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+            finish = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1]
+        else:
+            choice = json.loads(reply.read())["choices"][0]
+            text, finish = choice["message"]["content"], choice["finish_reason"]
+    assert finish == "stop", text
+    assert re.fullmatch(r" (- [a-z ]+\n){2}", text), repr(text)

@@ -219,6 +219,39 @@ def summarize(repeats: list[dict]) -> dict:
     return out
 
 
+def start_systems(
+    systems: dict,
+    model: Path,
+    binary: Path | None,
+    binary_error: str | None,
+    args,
+    tmp: Path,
+    stack: ExitStack,
+    errors: dict,
+) -> dict:
+    """Every system ({name: (family, localspec serve flags | llama-server spec type)}) started and entered into
+    ``stack``, all with ``args.ctx`` and ``args.threads``; a system that is skipped or fails to start is said in
+    ``errors``."""
+    procs = {}
+    for system, (family, how) in systems.items():
+        if family == "server" and binary is None:
+            errors[system] = f"skipped: {binary_error}"
+            print(f"{system}: {errors[system]}", flush=True)
+            continue
+        kw = {"n_ctx": args.ctx, "threads": args.threads, "log_path": tmp / f"{system}.log"}
+        if family == "server":
+            proc = LlamaServer(binary, model, how, **kw)
+        else:
+            proc = LocalspecServer(model, how, own_cache(tmp / f"{system}-cache"), **kw)
+        try:
+            procs[system] = stack.enter_context(proc)
+        except (PeerError, OSError) as exc:
+            errors[system] = f"{type(exc).__name__}: {exc}; log: {proc.log_tail()}"
+            print(f"{system} failed to start: {errors[system]}", flush=True)
+    os.environ.pop("LOCALSPEC_CACHE", None)
+    return procs
+
+
 def machine() -> dict:
     try:
         cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
@@ -262,24 +295,8 @@ def main() -> int:
         binary, binary_error = None, str(exc)
     repeats, errors = [], {}
     with tempfile.TemporaryDirectory(prefix="agent-loop-") as tmp, ExitStack() as stack:
-        procs = {}
-        for system in systems:
-            family, how = SYSTEMS[system]
-            if family == "server" and binary is None:
-                errors[system] = f"skipped: {binary_error}"
-                print(f"{system}: {errors[system]}", flush=True)
-                continue
-            kw = {"n_ctx": args.ctx, "threads": args.threads, "log_path": Path(tmp) / f"{system}.log"}
-            if family == "server":
-                proc = LlamaServer(binary, model, how, **kw)
-            else:
-                proc = LocalspecServer(model, how, own_cache(Path(tmp) / f"{system}-cache"), **kw)
-            try:
-                procs[system] = stack.enter_context(proc)
-            except (PeerError, OSError) as exc:
-                errors[system] = f"{type(exc).__name__}: {exc}; log: {proc.log_tail()}"
-                print(f"{system} failed to start: {errors[system]}", flush=True)
-        os.environ.pop("LOCALSPEC_CACHE", None)
+        chosen = {system: SYSTEMS[system] for system in systems}
+        procs = start_systems(chosen, model, binary, binary_error, args, Path(tmp), stack, errors)
         for r in range(args.repeats):
             try:
                 repeats.append(run_repeat(procs, r, args.rounds, args.max_tokens, sampler))

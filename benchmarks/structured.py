@@ -30,9 +30,9 @@ from pathlib import Path
 from statistics import mean, median
 
 import openai
-from agent_loop import DEFAULT_MODEL, PEER_BIN, ROOT, LocalspecServer, ask, machine, own_cache, versions
+from agent_loop import DEFAULT_MODEL, PEER_BIN, ROOT, ask, machine, start_systems, versions
 
-from localspec.bench.peer import LlamaServer, PeerError, find_llama_server
+from localspec.bench.peer import PeerError, find_llama_server
 from localspec.bench.run import load_cases
 from localspec.models.registry import resolve_model
 from localspec.sampling import SamplingParams
@@ -135,21 +135,6 @@ def summarize(rows: list[dict]) -> dict:
     }
 
 
-def start(systems: list[str], model: Path, binary: Path | None, args, tmp: Path, stack: ExitStack) -> dict:
-    procs = {}
-    for system in systems:
-        family, how = SYSTEMS[system]
-        if family == "server" and binary is None:
-            continue
-        kw = {"n_ctx": args.ctx, "threads": args.threads, "log_path": tmp / f"{system}.log"}
-        if family == "server":
-            proc = LlamaServer(binary, model, how, **kw)
-        else:
-            proc = LocalspecServer(model, how, own_cache(tmp / f"{system}-cache"), **kw)
-        procs[system] = stack.enter_context(proc)
-    return procs
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=DEFAULT_MODEL, help="a .gguf path or a models.toml name")
@@ -170,14 +155,14 @@ def main() -> int:
     systems = [s for s in args.systems.split(",") if s in SYSTEMS]
     name, model = resolve_model(args.model)
     try:
-        binary = find_llama_server(args.llama_server)
+        binary, binary_error = find_llama_server(args.llama_server), None
     except PeerError as exc:
-        print(f"llama-server skipped: {exc}", flush=True)
-        binary = None
+        binary, binary_error = None, str(exc)
     temperatures = [float(t) for t in args.temperatures.split(",")]
-    rows = []
+    rows, errors = [], {}
     with tempfile.TemporaryDirectory(prefix="structured-") as tmp, ExitStack() as stack:
-        procs = start(systems, model, binary, args, Path(tmp), stack)
+        chosen = {system: SYSTEMS[system] for system in systems}
+        procs = start_systems(chosen, model, binary, binary_error, args, Path(tmp), stack, errors)
         talks = {}
         for system, proc in procs.items():
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{proc.port}/v1", api_key="none", max_retries=0)
@@ -196,7 +181,7 @@ def main() -> int:
     report = {
         "benchmark": "structured", "model": name, "model_path": str(model), "repeats": args.repeats,
         "threads": args.threads, "ctx": args.ctx, "systems": systems, "machine": machine(),
-        "versions": versions(binary), "summary": summary, "rows": rows,
+        "versions": versions(binary), "errors": errors, "summary": summary, "rows": rows,
     }  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, ensure_ascii=False))

@@ -87,8 +87,11 @@ def parse_answer(
 
         rest = _BLOCK.sub(take, rest)
     reasoning = reasoning.strip() or None
-    content = rest.strip() if not keep_space else rest.lstrip() if reasoning is not None else rest
-    return reasoning, content, calls
+    if not keep_space:
+        rest = rest.strip()
+    elif reasoning is not None:  # the white space right after the reasoning goes, as AnswerSplitter's does
+        rest = rest.lstrip()
+    return reasoning, rest, calls
 
 
 def _fenced_calls(text: str) -> list[ToolCall]:

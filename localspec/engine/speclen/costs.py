@@ -43,8 +43,8 @@ class CostModel:
         self._curve_age = 0
         self._overhead: float | None = None  # per-step seconds outside draft and verify
         self._loaded = 0  # window sizes whose cost came from an earlier session
-        self._stale: set[int] = set()  # loaded sizes, until the first timing of this session rescales them
         self._unconfirmed: set[int] = set()  # loaded sizes not timed in this session yet
+        self._rescale_pending = False  # the first timing of a loaded size is still to rescale the others
         self.line = DraftLine()  # the current drafter's cost of drafting
         # a tree of n tokens over a chain of n: llama.cpp verifies a tree as several sequences and decodes an
         # accepted side branch again, so the same tokens cost more as a tree (not persisted; None: untimed)
@@ -178,7 +178,7 @@ class CostModel:
         self._tree_factor = ratio if old is None else old + COST_EMA * (ratio - old)
 
     def _time_window(self, n: int, seconds: float) -> None:
-        if n in self._stale:
+        if self._rescale_pending and n in self._unconfirmed:
             self._rescale_loaded(seconds / self._verify[n])
         confirmed = n not in self._unconfirmed
         self._unconfirmed.discard(n)
@@ -219,8 +219,8 @@ class CostModel:
 
     def swap(self, saved: dict) -> None:
         """Plan on another verify-cost curve (``saved``, possibly empty) from now on: the kernels changed."""
-        self._verify, self._verify_n, self._curve, self._stale, self._loaded = {}, {}, None, set(), 0
-        self._unconfirmed = set()
+        self._verify, self._verify_n, self._curve, self._loaded = {}, {}, None, 0
+        self._unconfirmed, self._rescale_pending = set(), False
         self.load(saved)
 
     def load(self, saved: dict) -> None:
@@ -235,8 +235,8 @@ class CostModel:
                 if rate is not None:  # a curve saved with a stray slow timing in it would keep pricing that size out
                     seconds = min(seconds, SPIKE * rate * n)
                 self._verify[n], self._verify_n[n] = float(seconds), MEASURED - 1
-                self._stale.add(n)
                 self._unconfirmed.add(n)
+                self._rescale_pending = True
                 self._loaded += 1
                 rate = seconds / n if rate is None else min(rate, seconds / n)
         self._curve = None
@@ -251,9 +251,9 @@ class CostModel:
         A machine that did get slower shows it in the sizes it uses; a size priced too cheap is tried, and
         its first timing corrects it."""
         ratio = min(max(ratio, 0.5), 1.0)
-        for m in self._stale:
+        for m in self._unconfirmed:
             self._verify[m] *= ratio
-        self._stale.clear()
+        self._rescale_pending = False
         self._curve = None
 
     def figures(self) -> dict:

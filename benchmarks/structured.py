@@ -135,6 +135,20 @@ def summarize(rows: list[dict]) -> dict:
     }
 
 
+def asked_for(ap: argparse.ArgumentParser, args) -> tuple[list[dict], list[str]]:
+    """The cases and systems asked for; an unknown one is an error that lists the known ones."""
+    cases = load_cases(str(CASES))
+    if args.cases:
+        wanted = set(args.cases.split(","))
+        if unknown := sorted(wanted - {c["id"] for c in cases}):
+            ap.error(f"unknown cases {unknown}; the cases are in {CASES}")
+        cases = [c for c in cases if c["id"] in wanted]
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    if unknown := [s for s in systems if s not in SYSTEMS]:
+        ap.error(f"unknown systems {unknown}; choose from {', '.join(SYSTEMS)}")
+    return cases, systems
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=DEFAULT_MODEL, help="a .gguf path or a models.toml name")
@@ -148,11 +162,7 @@ def main() -> int:
     ap.add_argument("--llama-server", default=str(PEER_BIN) if PEER_BIN.is_dir() else None, help="binary or folder")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    cases = load_cases(str(CASES))
-    if args.cases:
-        wanted = set(args.cases.split(","))
-        cases = [c for c in cases if c["id"] in wanted]
-    systems = [s for s in args.systems.split(",") if s in SYSTEMS]
+    cases, systems = asked_for(ap, args)
     name, model = resolve_model(args.model)
     try:
         binary, binary_error = find_llama_server(args.llama_server), None

@@ -26,7 +26,7 @@ from localspec.engine.speclen import AdaptiveK, FixedK, make_policy
 from localspec.engine.stats import TokenEvent
 from localspec.errors import ConfigError, LocalspecError
 from localspec.sampling import SamplingParams
-from localspec.structured.constraint import Constraint
+from localspec.structured.constraint import Constraint, special_token
 from localspec.structured.grammar import Grammar
 
 
@@ -271,6 +271,11 @@ class Session:
         """The markers this model's reasoning comes between (reasoning.py), None for a model without them."""
         hello = [{"role": "user", "content": "Hello"}]
         return reasoning_format(self.chat_template, lambda: self.chat_text(hello))
+
+    def special_token(self, text: str) -> int | None:
+        """The special token that is ``text`` in this model's vocabulary (as a grammar sees it), else None."""
+        ids = self.backend.tokenize(text, special=True)
+        return special_token(self.backend.grammar_tokenizer(), ids)
 
     def template_tokens(self, text: str) -> list[int]:
         return self.backend.template_tokens(text)

@@ -140,3 +140,11 @@ class MaskedRows:
 
     def numpy(self) -> np.ndarray:
         return np.stack([self.row(i) for i in range(len(self))])
+
+
+def special_token(tokenizer, ids: Sequence[int]) -> int | None:
+    """The token of ``ids`` (a text's tokens, its special tokens parsed) when it is one token that
+    ``tokenizer`` (an llguidance LLTokenizer) holds special, else None (several tokens, or one a grammar sees
+    as text)."""
+    one = len(ids) == 1 and 0 <= ids[0] < tokenizer.vocab_size
+    return ids[0] if one and tokenizer.is_special_token(ids[0]) else None

@@ -282,3 +282,4 @@ WEATHER = {  # a tool, as clients send it
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
     },
 }
+TIME = {"type": "function", "function": {"name": "get_time"}}  # a tool without parameters

@@ -175,9 +175,11 @@ def _events(session: Session, gen: Generation, job: Job):
     """On the engine thread: the prompt, checked against the context, and the answer's events (the answer's
     shape goes to the job, read once its first piece arrived)."""
     if gen.messages is not None:
-        prompt, job.shape = chat_prompt(session, gen.messages, gen.tools, gen.tool_choice)
+        prompt, job.shape = chat_prompt(session, gen.messages, gen.tools, gen.tool_spec)
         if gen.request.grammar is not None:  # the content is what the grammar matched, white space and all
             job.shape = replace(job.shape, verbatim=True)
+        elif job.shape.grammar is not None:  # the tools' calls parse (structured/tool_calls.py)
+            gen = replace(gen, request=replace(gen.request, grammar=job.shape.grammar))
     else:
         prompt, job.shape = session.text_prompt(gen.prompt), Shape()
     room = session.context_size - len(prompt)

@@ -17,6 +17,7 @@ from localspec.errors import ConfigError
 from localspec.session import MAX_LOGPROBS, Request
 from localspec.structured import grammar as structured
 from localspec.structured.grammar import Grammar
+from localspec.structured.tool_calls import ToolSpec, tool_spec
 
 # field -> what a request may send without localspec changing the model's distribution
 _REFUSED = {
@@ -49,7 +50,7 @@ class Generation:
     stream: bool
     include_usage: bool
     tools: list[dict] | None = None  # offered to the model (None: none, or tool_choice 'none')
-    tool_choice: object = None  # 'auto', 'required' or {type: function, function: {name}}
+    tool_spec: ToolSpec | None = None  # what the calls follow: tool_choice, the functions' schemas
     one_call: bool = False  # parallel_tool_calls: false — the answer's first call only
 
 
@@ -74,7 +75,11 @@ def parse_chat(body) -> Generation:
     request, stream, usage = _common(body, logprobs)
     if tools and request.grammar is not None:
         raise bad_request("structured output and 'tools' in one request are not supported yet; send one", "tools")
-    return Generation(_model(body), checked, None, request, stream, usage, tools, choice, one_call)
+    try:
+        spec = tool_spec(tools, choice, one_call) if tools else None
+    except ConfigError as exc:  # a strict function whose parameter schema cannot be used
+        raise bad_request(str(exc), "tools") from None
+    return Generation(_model(body), checked, None, request, stream, usage, tools, spec, one_call)
 
 
 def parse_completion(body) -> Generation:

@@ -1,36 +1,36 @@
-"""A chat answer's shape: the prompt with the tools offered (and a forced call's opening), and how the model's
-text splits into content, reasoning and tool calls (tools.py), whole or as it streams."""
+"""A chat answer's shape: the prompt with the tools offered (and the grammar their calls follow:
+localspec/structured/tool_calls.py), and how the model's text splits into content, reasoning and tool calls
+(tools.py), whole or as it streams."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from localspec.apps.server.tools import forced_prefix, opens_think, prepare_messages, tool_format
+from localspec.apps.server.tools import opens_think, prepare_messages, tool_format
 from localspec.chat.answers import AnswerSplitter, parse_answer
 from localspec.chat.reasoning import markers
 from localspec.session import Session
+from localspec.structured.grammar import Grammar
+from localspec.structured.tool_calls import ToolSpec, tool_grammar
 
 
 @dataclass(frozen=True)
 class Shape:
     fmt: str = "hermes"  # the template's tool-call format
     tools: bool = False  # calls are parsed out of the answer
-    prefix: str = ""  # the answer's forced opening (tool_choice 'required' or a named function)
     in_think: bool = False  # the prompt opened the reasoning
     think: tuple[str, str] = markers(None)  # the reasoning's start and end markers (the template's)
     verbatim: bool = False  # content as the model wrote it, white space and all (a grammar's answer)
+    grammar: Grammar | None = None  # what the answer follows where tools are offered (calls that parse)
 
     def splitter(self) -> AnswerSplitter:
-        splitter = AnswerSplitter(
-            self.fmt, self.tools, in_think=self.in_think, markers=self.think, keep_space=self.verbatim
-        )
-        splitter.push(self.prefix)  # an opened call: nothing goes out before it closes
-        return splitter
+        keep = self.verbatim
+        return AnswerSplitter(self.fmt, self.tools, in_think=self.in_think, markers=self.think, keep_space=keep)
 
     def message(self, text: str) -> tuple[dict, bool]:
         """The whole answer as an assistant message, and whether it called tools."""
         reasoning, content, calls = parse_answer(
-            self.prefix + text,
+            text,
             self.fmt,
             self.tools,
             in_think=self.in_think,
@@ -45,15 +45,19 @@ class Shape:
         return message, bool(calls)
 
 
-def chat_prompt(session: Session, messages: list[dict], tools: list[dict] | None, tool_choice) -> tuple[list, Shape]:
-    """On the engine thread: the prompt's tokens and the answer's shape."""
+def chat_prompt(
+    session: Session, messages: list[dict], tools: list[dict] | None, spec: ToolSpec | None
+) -> tuple[list, Shape]:
+    """On the engine thread: the prompt's tokens and the answer's shape (with ``spec``, the grammar its calls
+    follow, written in this model's call format and special tokens)."""
     template = session.chat_template
     fmt = tool_format(template)
     messages, template_tools = prepare_messages(messages, tools, template)
     text = session.chat_text(messages, template_tools)
     think = markers(session.reasoning)
     in_think = opens_think(text, think[0])
-    prefix = forced_prefix(fmt, tool_choice) if tools else ""
-    if prefix and in_think:  # a forced call comes after an empty reasoning
-        prefix = f"\n\n{think[1]}\n\n{prefix}"
-    return session.template_tokens(text + prefix), Shape(fmt, bool(tools), prefix, in_think, think)
+    grammar = None
+    if tools and spec is not None:
+        reasons = think if session.reasoning is not None or in_think else None
+        grammar = tool_grammar(spec, fmt, session.special_token, reasons, in_think)
+    return session.template_tokens(text), Shape(fmt, bool(tools), in_think, think, grammar=grammar)

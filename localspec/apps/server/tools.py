@@ -131,17 +131,3 @@ def _instructions(tools: list[dict]) -> str:
         "For each function call, return a json object with function name and arguments within <tool_call></tool_call>"
         f' XML tags:\n{CALL}\n{{"name": <function-name>, "arguments": <args-json-object>}}\n{END_CALL}'
     )
-
-
-def forced_prefix(fmt: str, tool_choice) -> str:
-    """Text to append after the generation prompt so that the model must call a tool ("required") or the named one;
-    "" for "auto", "none" and None. The prefix is part of the answer: the caller feeds it to parse_answer or
-    AnswerSplitter.push ahead of the model's text, so that they see whole calls. It skips reasoning (in_think=False)."""
-    if isinstance(tool_choice, dict):
-        head = f'{{"name": {json.dumps(tool_choice["function"]["name"])}, '
-        head += '"parameters": ' if fmt == "llama3" else '"arguments": '
-    elif tool_choice == "required":
-        head = '{"name": "'
-    else:
-        return ""
-    return head if fmt == "llama3" else f"{CALL}\n{head}"

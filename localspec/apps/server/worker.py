@@ -137,6 +137,11 @@ class Worker:
         except Exception as exc:  # a bad request (context overflow) or a bug: the client is told, the server goes on
             job.send(Piece(done=True, error=exc))
             return
+        except BaseException as exc:  # a compiled library's panic (pyo3's PanicException is no Exception)
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+            job.send(Piece(done=True, error=RuntimeError(f"{type(exc).__name__}: {exc}")))
+            return
         finally:
             if events is not None:
                 events.close()  # rolls the cache back when the client left early

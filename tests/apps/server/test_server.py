@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 from openai import APIStatusError
-from support.fakes import WEATHER
+from support.fakes import TIME, WEATHER
 from support.server import canned_session, scripted_session, serve
 
 from localspec.apps.cli import build_parser
@@ -285,6 +285,7 @@ def test_same_request_and_seed_give_the_same_sampled_answer():
         worker.stop()
 
 
+STRICT = {"name": "f", "parameters": {"type": "object", "properties": {"n": {"type": "integer", "minimum": "0"}}}}
 TOOL_ANSWER = (
     "<think>\nThe user wants the weather.\n</think>\n\nLet me check.\n<tool_call>\n"
     '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
@@ -351,6 +352,7 @@ def test_tool_results_and_earlier_calls_go_into_the_prompt_and_bad_tools_are_400
             ),
             ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id"),
             ({"functions": [{"name": "f"}]}, "functions"),
+            ({"tools": [{"type": "function", "function": {**STRICT, "strict": True}}]}, "tools"),
         ]:
             body = {"messages": [{"role": "user", "content": "hi"}], **body}
             answer = httpx.post(running.url + "/v1/chat/completions", json=body, timeout=30)
@@ -365,14 +367,20 @@ def test_a_tool_round_trip_on_the_real_model(smollm):
     client = smollm.client()
     question = [{"role": "user", "content": "What is the weather in Paris?"}]
     forced = {"type": "function", "function": {"name": "get_weather"}}
-    whole = ask(client, messages=question, tools=[WEATHER], tool_choice=forced, max_tokens=40).choices[0]
-    chunks = list(ask(client, messages=question, tools=[WEATHER], tool_choice=forced, max_tokens=40, stream=True))
+    whole = ask(client, messages=question, tools=[WEATHER], tool_choice=forced, max_tokens=80).choices[0]
+    chunks = list(ask(client, messages=question, tools=[WEATHER], tool_choice=forced, max_tokens=80, stream=True))
     deltas = [c.choices[0].delta for c in chunks if c.choices]
     streamed_calls = [(c.function.name, c.function.arguments) for d in deltas for c in d.tool_calls or []]
     whole_calls = [(c.function.name, c.function.arguments) for c in whole.message.tool_calls or []]
-    # whatever the 135M model makes of it, the streamed answer is the whole one, split the same way
+    # the streamed answer is the whole one, split the same way; the grammar (structured/tool_calls.py) makes the
+    # 135M model's call one that parses, to the named function, its arguments to the tool's schema
     assert streamed_calls == whole_calls and "".join(d.content or "" for d in deltas) == (whole.message.content or "")
-    assert (whole.message.content or "").startswith('<tool_call>\n{"name": "get_weather"') or whole_calls
+    assert whole.finish_reason == "tool_calls" and {name for name, _ in whole_calls} == {"get_weather"}
+    assert isinstance(json.loads(whole_calls[0][1])["city"], str)
+    required = ask(client, messages=question, tools=[WEATHER, TIME], tool_choice="required", max_tokens=60)
+    calls = required.choices[0].message.tool_calls
+    assert calls and all(c.function.name in ("get_weather", "get_time") for c in calls)
+    assert all(isinstance(json.loads(c.function.arguments), dict) for c in calls)
     # the call and its result go back in; the model answers in text
     call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
     result = [

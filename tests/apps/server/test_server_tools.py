@@ -4,12 +4,11 @@ import json
 import random
 
 import pytest
-from support.fakes import WEATHER
+from support.fakes import TIME, WEATHER
 
 from localspec.apps.server.tools import (
     ToolError,
     check_tools,
-    forced_prefix,
     opens_think,
     prepare_messages,
     template_renders_tools,
@@ -44,8 +43,6 @@ CHATML = """{% for message in messages %}{% if loop.first and messages[0]['role'
 {{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM<|im_end|>\n' }}{% endif %}\
 {{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}\
 {% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"""
-
-TIME = {"type": "function", "function": {"name": "get_time"}}
 
 
 def names_args(calls):
@@ -303,22 +300,6 @@ def test_prepare_messages_adds_a_system_message():
     kept = [{"role": "assistant", "content": "Sure.", "tool_calls": HISTORY[2]["tool_calls"][1:]}]
     messages, tools = prepare_messages(kept, None, CHATML)
     assert tools is None and messages[0]["content"].startswith("Sure.\n<tool_call>\n")
-
-
-@pytest.mark.parametrize("fmt", ["hermes", "llama3"])
-def test_forced_prefix_round_trip(fmt):
-    assert forced_prefix(fmt, "auto") == forced_prefix(fmt, None) == forced_prefix(fmt, "none") == ""
-    required = forced_prefix(fmt, "required")
-    assert required == ('<tool_call>\n{"name": "' if fmt == "hermes" else '{"name": "')
-    end = "}\n</tool_call>" if fmt == "hermes" else "}"
-    answer = required + 'get_weather", "arguments": {"city": "Oslo"}' + end
-    assert names_args(parse_answer(answer, fmt, True)[2]) == [("get_weather", {"city": "Oslo"})]
-    named = forced_prefix(fmt, {"type": "function", "function": {"name": "get_time"}})
-    key = "arguments" if fmt == "hermes" else "parameters"
-    assert named.endswith(f'{{"name": "get_time", "{key}": ')
-    answer = named + '{"tz": "CET"}' + end
-    assert names_args(parse_answer(answer, fmt, True)[2]) == [("get_time", {"tz": "CET"})]
-    assert split(answer, [1], fmt=fmt, tools=True)[2] == [("get_time", {"tz": "CET"})]
 
 
 def test_check_tools_accepts_good_requests():

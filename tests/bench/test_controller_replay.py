@@ -2,26 +2,19 @@
 pays most, and a replay of a copy-heavy answer with the real suffix drafter and controller beats plain decoding
 on the virtual clock, the oracle at least as much."""
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
+from support.benchmarks import benchmark_module
 
 from localspec.bench.simulate import cost_curve
 from localspec.types import Draft
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 CURVE_S = {1: 0.04, 2: 0.075, 4: 0.13, 8: 0.24, 16: 0.29, 32: 0.52, 64: 0.81}  # this machine's shape
 
 
 @pytest.fixture(scope="module")
 def replay():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("controller_replay")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    with benchmark_module("controller_replay") as module:
+        yield module
 
 
 class Fixed:

@@ -1,23 +1,16 @@
 """benchmarks/structured.py: its cases load and carry a constraint each, answers are judged against their
 constraint, and the summary's ratios come from the per-case medians."""
 
-import importlib
 import json
-import sys
-from pathlib import Path
 
 import pytest
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from support.benchmarks import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def structured():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("structured")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    with benchmark_module("structured") as module:
+        yield module
 
 
 def test_every_case_has_one_constraint_and_its_sources_pasted(structured):

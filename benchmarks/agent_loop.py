@@ -123,14 +123,18 @@ def ask(client: openai.OpenAI, model: str, messages: list[dict], max_tokens: int
         model=model, messages=messages, max_tokens=max_tokens, stream=True,
         stream_options={"include_usage": True}, extra_body=sampler,
     )  # fmt: skip
-    ttft, parts, timings, usage, finish = None, [], {}, None, None
+    ttft, parts, timings, usage, finish, calls = None, [], {}, None, None, {}
     for chunk in stream:
         timings = (chunk.model_extra or {}).get("timings") or timings
         usage = chunk.usage or usage
         for choice in chunk.choices:
-            if choice.delta and choice.delta.content:
+            if choice.delta and (choice.delta.content or choice.delta.tool_calls):
                 ttft = ttft if ttft is not None else time.perf_counter() - start
-                parts.append(choice.delta.content)
+                parts.append(choice.delta.content or "")
+            for call in (choice.delta.tool_calls or []) if choice.delta else []:  # streamed whole or in parts
+                got = calls.setdefault(call.index, {"name": "", "arguments": ""})
+                got["name"] += (call.function and call.function.name) or ""
+                got["arguments"] += (call.function and call.function.arguments) or ""
             finish = choice.finish_reason or finish
     e2e = time.perf_counter() - start
     prompt = usage.prompt_tokens if usage else timings.get("prompt_n", 0) + timings.get("cache_n", 0)
@@ -146,6 +150,7 @@ def ask(client: openai.OpenAI, model: str, messages: list[dict], max_tokens: int
         "finish_reason": finish,
         "timings_missing": not timings,
         "answer": "".join(parts),
+        **({"calls": [calls[i] for i in sorted(calls)]} if calls else {}),
     }
 
 

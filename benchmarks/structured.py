@@ -2,7 +2,8 @@
 
 Every case of benchmarks/data/structured/cases.jsonl (the ../shared/bench workload format; `source` pastes a
 stdlib object's source) carries one constraint in llama-server's own request fields: `response_format`
-(json_schema, strict, or json_object) or `grammar` (GBNF, with a `check` regex whose language is the grammar's).
+(json_schema, strict, or json_object), `grammar` (GBNF, with a `check` regex whose language is the grammar's),
+or `tools` (with `tool_choice`: the answer's calls, each to an offered function with arguments its schema takes).
 Systems, all up at once (started and stopped as benchmarks/agent_loop.py does): `localspec serve` plain
 (--drafter none) and with its default drafter (grammar+suffix under a constraint), llama-server plain and
 --spec-type ngram-mod. Each case is asked of every system in a rotating order, at each temperature, --repeats
@@ -44,17 +45,21 @@ SYSTEMS = {  # name -> (family, localspec serve flags | llama-server spec type)
     "server-plain": ("server", "plain"),
     "server-ngram-mod": ("server", "ngram-mod"),
 }
-FIELDS = ("response_format", "grammar", "json_schema")  # the constraint's request fields
+FIELDS = ("response_format", "grammar", "json_schema", "tools")  # the constraint's request fields
 
 
 def constraint_of(case: dict) -> dict:
-    return {k: case[k] for k in FIELDS if k in case}
+    """The case's constraint (tools come with their tool_choice)."""
+    fields = {k: case[k] for k in FIELDS if k in case}
+    return {**fields, "tool_choice": case.get("tool_choice", "auto")} if "tools" in fields else fields
 
 
-def check(case: dict, answer: str) -> tuple[bool, str | None]:
-    """Whether the answer is what the constraint allows, and why not."""
+def check(case: dict, answer: str, calls: list[dict] | None = None) -> tuple[bool, str | None]:
+    """Whether the answer (its text, and the tool calls it made) is what the constraint allows, and why not."""
     import jsonschema
 
+    if "tools" in case:
+        return check_calls(case, calls or [])
     if "grammar" in case:
         ok = re.fullmatch(case["check"], answer) is not None
         return ok, None if ok else "does not match the grammar's language"
@@ -73,6 +78,25 @@ def check(case: dict, answer: str) -> tuple[bool, str | None]:
     return True, None
 
 
+def check_calls(case: dict, calls: list[dict]) -> tuple[bool, str | None]:
+    """At least one call, each to an offered function, its arguments a JSON object that function's schema takes."""
+    import jsonschema
+
+    if not calls:
+        return False, "no tool call"
+    schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in case["tools"]}
+    for call in calls:
+        if call["name"] not in schemas:
+            return False, f"calls {call['name']!r}, which was not offered"
+        try:
+            jsonschema.validate(json.loads(call["arguments"]), schemas[call["name"]])
+        except ValueError as exc:
+            return False, f"{call['name']}: arguments not JSON: {exc}"
+        except jsonschema.ValidationError as exc:
+            return False, f"{call['name']}: {exc.message}"
+    return True, None
+
+
 def run_case(talks: dict, case: dict, turn: int, sampler: dict) -> list[dict]:
     """The case asked of every (system, variant), in an order rotated by ``turn``."""
     entries = [(name, "constrained") for name in talks]
@@ -87,7 +111,7 @@ def run_case(talks: dict, case: dict, turn: int, sampler: dict) -> list[dict]:
         except openai.OpenAIError as exc:
             row = {"error": f"{type(exc).__name__}: {exc}", "answer": "", "decode_tok_s": None}
         if variant == "constrained" and "error" not in row:
-            row["valid"], row["invalid_because"] = check(case, row["answer"])
+            row["valid"], row["invalid_because"] = check(case, row["answer"], row.get("calls"))
         rows.append({"case": case["id"], "kind": case["kind"], "system": name, "variant": variant, **row})
         why = row.get("error") or row.get("invalid_because") or ""
         print(f"  {case['id']:<18} {name:<18} {variant:<11} {row.get('generated_tokens')} tokens "

@@ -16,9 +16,10 @@ def structured():
 def test_every_case_has_one_constraint_and_its_sources_pasted(structured):
     cases = structured.load_cases(str(structured.CASES))
     assert len(cases) >= 8
-    assert {c["kind"] for c in cases} >= {"extract", "tool-call", "json-mode", "gbnf"}
+    assert {c["kind"] for c in cases} >= {"extract", "tool-call", "json-mode", "gbnf", "tools"}
     for case in cases:
-        assert len(structured.constraint_of(case)) == 1, case["id"]
+        assert len([f for f in structured.FIELDS if f in case]) == 1, case["id"]
+        assert len(structured.constraint_of(case)) == (2 if "tools" in case else 1)
         assert "{source}" not in json.dumps(case["messages"])
         if "grammar" in case:
             assert case["check"]
@@ -37,6 +38,14 @@ def test_answers_are_judged_against_their_constraint(structured):
     steps = cases["gbnf-steps"]
     assert structured.check(steps, "- split lines\n- find margin\n- strip it\n")[0]
     assert not structured.check(steps, "- only one\n")[0]
+    tools = cases["tools-required"]
+    grep = {"name": "grep", "arguments": '{"pattern": "def restock_orders", "path": "src/"}'}
+    assert structured.check(tools, "", [grep]) == (True, None)
+    assert structured.check(tools, '<tool_call>{"name": "grep"}</tool_call>', []) == (False, "no tool call")
+    ok, why = structured.check(tools, "", [grep, {"name": "rm", "arguments": "{}"}])
+    assert not ok and "'rm'" in why
+    ok, why = structured.check(tools, "", [{"name": "read_file", "arguments": '{"path": "a.py", "start_line": 0}'}])
+    assert not ok and "read_file" in why
 
 
 def test_summary_ratios_come_from_per_case_medians(structured):

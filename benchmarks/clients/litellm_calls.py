@@ -1,6 +1,6 @@
 """LiteLLM's OpenAI-compatible provider (`openai/NAME` with `api_base`), what several agents use underneath: a
-chat, a streamed chat and a tool call. Runs inside the LiteLLM venv: `python litellm_calls.py BASE_URL MODEL`
-prints one JSON object."""
+chat, a streamed chat, a tool call and structured output (`response_format` json_schema, strict). Runs inside
+the LiteLLM venv: `python litellm_calls.py BASE_URL MODEL` prints one JSON object."""
 
 import json
 import os
@@ -12,6 +12,12 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch of the
 import litellm  # noqa: E402
 
 REQUIREMENT = "litellm==1.110.2"
+COUNTRY = {
+    "type": "object",
+    "properties": {"capital": {"type": "string"}, "population": {"type": "integer"}},
+    "required": ["capital", "population"],
+    "additionalProperties": False,
+}
 WEATHER = {
     "type": "function",
     "function": {
@@ -68,8 +74,23 @@ def main(base: str, model: str) -> dict:
         "finish_reason": reply.choices[0].finish_reason,
         "wall_s": round(time.perf_counter() - started, 2),
     }
+    started = time.perf_counter()
+    reply = litellm.completion(
+        messages=[{"role": "user", "content": "Give the capital and population of France."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "country", "strict": True, "schema": COUNTRY}},
+        max_tokens=80,
+        **common,
+    )
+    content = reply.choices[0].message.content or ""
+    try:
+        value = json.loads(content)
+        valid = set(value) == {"capital", "population"} and isinstance(value["population"], int)
+    except (ValueError, TypeError):
+        valid = False
+    out["response_format"] = {"content": content, "valid": valid, "wall_s": round(time.perf_counter() - started, 2)}
     out["ok"] = bool(
-        out["chat"]["content"]
+        valid
+        and out["chat"]["content"]
         and out["stream"]["chunks"] > 1
         and out["stream"]["usage"]
         and any(c["name"] == "get_weather" and "Paris" in c["arguments"] for c in out["tool_call"]["calls"])

@@ -1,5 +1,6 @@
 """Simon Willison's `llm` CLI with an OpenAI-compatible model entry (extra-openai-models.yaml): a prompt, a
-streamed prompt and a conversation continued with `-c`."""
+streamed prompt, a conversation continued with `-c`, and `--schema` (structured output: llm sends it as
+`response_format` json_schema; the answer must be JSON that the schema takes)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 
 REQUIREMENT = "llm==0.36"
+SCHEMA = "name, age int, one_sentence_bio"  # llm's concise schema syntax
 
 
 def configure(home: Path, base_url: str, model: str) -> dict:
@@ -17,6 +19,7 @@ def configure(home: Path, base_url: str, model: str) -> dict:
     home.mkdir(parents=True, exist_ok=True)
     (home / "extra-openai-models.yaml").write_text(
         f'- model_id: localspec\n  model_name: {model}\n  api_base: "{base_url}"\n  api_key_name: localspec\n'
+        "  supports_schema: true\n"  # llm then sends --schema as response_format json_schema
     )
     (home / "keys.json").write_text(json.dumps({"localspec": "sk-local"}))
     return {**os.environ, "LLM_USER_PATH": str(home)}
@@ -29,6 +32,7 @@ def run(env: Path, home: Path, base_url: str, model: str) -> dict:
         "prompt": [llm, "-m", "localspec", "--no-stream", "Name three primary colours, comma separated."],
         "stream": [llm, "-m", "localspec", "Write one sentence about the sea."],
         "continue": [llm, "-c", "Now the same about a river."],
+        "schema": [llm, "-m", "localspec", "--no-stream", "--schema", SCHEMA, "Invent a dog."],
     }
     out = {}
     for name, argv in steps.items():
@@ -47,5 +51,17 @@ def run(env: Path, home: Path, base_url: str, model: str) -> dict:
     except (ValueError, KeyError, TypeError):
         same = False
     out["continued_in_one_conversation"] = same
+    out["schema_answer_valid"] = _dog(out["schema"]["output"])
     out["ok"] = all(out[s]["exit_code"] == 0 and out[s]["output"] for s in steps) and same
+    out["ok"] = out["ok"] and out["schema_answer_valid"]
     return out
+
+
+def _dog(text: str) -> bool:
+    """Whether the answer is what SCHEMA asks for: an object with a string name and bio and an integer age."""
+    try:
+        dog = json.loads(text)
+    except ValueError:
+        return False
+    fields = isinstance(dog, dict) and isinstance(dog.get("name"), str) and isinstance(dog.get("one_sentence_bio"), str)
+    return fields and isinstance(dog.get("age"), int)

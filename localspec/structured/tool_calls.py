@@ -33,6 +33,7 @@ from localspec.structured import grammar as structured
 from localspec.structured.grammar import JSON_LAYOUT, Grammar
 
 ANY_OBJECT = {"type": "object"}
+ANY = "/(?s:.*)/"  # any text
 
 
 @dataclass(frozen=True)
@@ -44,15 +45,26 @@ class ToolSpec:
     one_call: bool  # parallel_tool_calls false: at most one call
 
 
+class SchemaError(ConfigError):
+    """A strict function's parameter schema that cannot be used; ``index``: the function's in ``tools``."""
+
+    def __init__(self, message: str, index: int) -> None:
+        super().__init__(message)
+        self.index = index
+
+
 def tool_spec(tools: list[dict], tool_choice, one_call: bool = False) -> ToolSpec:
-    """The spec of checked OpenAI ``tools`` and ``tool_choice`` (not 'none'). Raises ConfigError for a strict
+    """The spec of checked OpenAI ``tools`` and ``tool_choice`` (not 'none'). Raises SchemaError for a strict
     function whose parameter schema cannot be used."""
     named = tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else None
     functions = []
-    for tool in tools:
+    for i, tool in enumerate(tools):
         fn = tool["function"]
         if named is None or fn["name"] == named:
-            functions.append((fn["name"], _parameters(fn)))
+            try:
+                functions.append((fn["name"], _parameters(fn)))
+            except ConfigError as exc:
+                raise SchemaError(str(exc), i) from None
     return ToolSpec(tuple(functions), named is not None or tool_choice == "required", one_call)
 
 
@@ -79,23 +91,21 @@ def tool_grammar(
     ``in_think``: the prompt opened the reasoning."""
     marks = _Markers(special)
     key = "parameters" if fmt == "llama3" else "arguments"
-    body = {
-        "anyOf": [
-            {
-                "type": "object",
-                "properties": {"name": {"const": name}, key: schema},
-                "required": ["name", key],
-                "additionalProperties": False,
-            }
-            for name, schema in spec.functions
-        ],
-        "x-guidance": JSON_LAYOUT,
-    }
-    rules = [f"body: %json {json.dumps(body, ensure_ascii=False)}", "ANY: /(?s:.*)/"]
+    rules = ["body: " + " | ".join(f"fn{i}" for i in range(len(spec.functions))), f"ANY: {ANY}", "WS: /[ \\t\\n]*/"]
+    for i, (name, schema) in enumerate(spec.functions):  # each schema its own root: its $refs resolve there
+        opening = json.dumps({"name": name, key: 0}, ensure_ascii=False)[: -len("0}")]
+        rules.append(f'fn{i}: {json.dumps(opening, ensure_ascii=False)} args{i} "}}"')
+        rules.append(f"args{i}: %json {json.dumps({**schema, 'x-guidance': JSON_LAYOUT}, ensure_ascii=False)}")
     head = _reasoning(think, in_think, marks, rules)
+    # where the reasoning may open the answer with a text marker, no other text may start with it: the lexer
+    # keeps the longest lexeme and would read the reasoning as free text, a call's marker in it as a call
+    free = ANY
+    if think is not None and not in_think and marks.token(think[0]) is None:
+        free = f"{ANY} & ~/{_regex(think[0])}(?s:.*)/"
+    rules.append(f"TEXT: {free}")
     start = _llama3(spec, marks, rules) if fmt == "llama3" else _hermes(spec, marks, rules)
-    text = f"%llguidance {{}}\nstart: {head}{start}\n" + "\n".join(rules) + "\n"
-    return replace(structured.lark(text, "the tools' grammar"), kind="tools")
+    lark = f"%llguidance {{}}\nstart: {head}{start}\n" + "\n".join(rules) + "\n"
+    return replace(structured.lark(lark, "the tools' grammar"), kind="tools")
 
 
 class _Markers:
@@ -114,30 +124,29 @@ class _Markers:
 
 def _hermes(spec: ToolSpec, marks: _Markers, rules: list[str]) -> str:
     close = marks(END_CALL)
+    # free text never holds the marker as text: the answer parser would read a call there that nothing checked
+    rules.append(f"FREE: TEXT & ~/(?s:.*){_regex(CALL)}(?s:.*)/")
     if spec.required:  # the answer is its calls, from the first token
         rules.append(f'call: {marks(CALL)} "\\n" body "\\n" {close}')
-        return "call" if spec.one_call else 'call ("\\n" call)*'
+        return "call WS" if spec.one_call else "call (WS call)* WS"
     opened = marks.token(CALL)
-    if opened is not None:  # free text cannot contain a special token: the token opens a call
-        rules.append(f'call: {opened} "\\n" body "\\n" {close} ANY')
-        return "ANY call?" if spec.one_call else "ANY call*"
-    # a text marker: free text up to its first occurrence (lazy), then the call; after the last call, free
-    # text that never contains the marker (else it could open a call the grammar does not check)
-    rules += [
-        f"opened[lazy]: ANY {json.dumps(CALL)}",
-        f'call: opened "\\n" body "\\n" {close}',
-        f"FREE: ANY & ~/(?s:.*){_regex(CALL)}(?s:.*)/",
-    ]
+    if opened is not None:  # the special token opens a call
+        rules.append(f'call: {opened} "\\n" body "\\n" {close} FREE')
+        return "FREE call?" if spec.one_call else "FREE call*"
+    # a text marker: free text up to its first occurrence (lazy: the lexer would not give a greedy lexeme
+    # back), then the call; after the last call, free text again
+    rules += [f"opened[lazy]: TEXT {json.dumps(CALL)}", f'call: opened "\\n" body "\\n" {close}']
     return "call? FREE" if spec.one_call else "call* FREE"
 
 
 def _llama3(spec: ToolSpec, marks: _Markers, rules: list[str]) -> str:
     tag = marks(PYTHON_TAG)
-    calls = "body" if spec.one_call else 'body (";" " "? body)*'
+    rules.append("SEP: /[ \\t\\n]*;?[ \\t\\n]*/")
+    calls = "body WS" if spec.one_call else "body (SEP body)* WS"
     if spec.required:
         return f"{tag}? {calls}"
     # the whole answer is calls or text; text cannot open with "{" or the tag (it would be a call unchecked)
-    rules.append(f"PROSE: ANY & ~/[{{](?s:.*)/ & ~/{_regex(PYTHON_TAG)}(?s:.*)/")
+    rules.append(f"PROSE: TEXT & ~/[{{](?s:.*)/ & ~/{_regex(PYTHON_TAG)}(?s:.*)/")
     return f"(PROSE | {tag}? {calls})"
 
 

@@ -88,11 +88,36 @@ def test_auto_lets_prose_through_and_checks_every_call(markers):
     assert not allowed(g, f"<tool_call>\n{GOOD.replace(': ', ':')}\n</tool_call>", markers), "compact layout only"
 
 
-def test_a_text_marker_in_prose_is_a_call_and_a_special_one_is_not():
-    """With the marker as text, '<tool_call>' anywhere opens a checked call; with a special token, the text
-    '<tool_call>' is prose (the model emits the token to call)."""
+def test_the_marker_as_text_is_never_free_text():
+    """A spelled-out '<tool_call>' would be read back as a call that nothing checked: with the marker as text it
+    opens a checked call, and where the marker is a special token it is refused in prose."""
     assert not allowed(grammar(markers=False), "Write <tool_call> then JSON.", markers=False)
-    assert allowed(grammar(markers=True), "Write <tool_call> then JSON.", markers=False)
+    assert not allowed(grammar(markers=True), 'Write <tool_call>{"name": "rm"}</tool_call>', markers=False)
+    assert allowed(grammar(markers=True), "Write a tool call then JSON.", markers=False)
+
+
+def test_schemas_with_references_resolve_in_their_own_function():
+    """Each function's parameters are a root of their own: '#/$defs/...' (pydantic, zod) resolves there."""
+    point = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+    params = {
+        "type": "object",
+        "properties": {"at": {"$ref": "#/$defs/Point"}},
+        "required": ["at"],
+        "$defs": {"Point": point},
+    }
+    move = {"type": "function", "function": {"name": "move", "parameters": params, "strict": True}}
+    g = grammar(tools=[move, TIME], choice="required")
+    assert allowed(g, '<tool_call>\n{"name": "move", "arguments": {"at": {"x": 3}}}\n</tool_call>')
+    assert not allowed(g, '<tool_call>\n{"name": "move", "arguments": {"at": {"x": "3"}}}\n</tool_call>')
+
+
+def test_calls_may_end_with_white_space():
+    call = f"<tool_call>\n{GOOD}\n</tool_call>"
+    assert allowed(grammar(choice="required"), call + "\n")
+    assert allowed(grammar(choice="required"), call + "\n" + call + "\n")
+    llama = '{"name": "get_weather", "parameters": {"city": "Paris"}}'
+    assert allowed(grammar(fmt="llama3", choice="required"), llama + "\n")
+    assert allowed(grammar(fmt="llama3", choice="required"), llama + "; " + llama)
 
 
 def test_one_call_at_most_without_parallel_calls():
@@ -145,3 +170,6 @@ def test_the_constraint_starts_after_the_reasoning(markers):
     may = grammar(choice="required", think=think, markers=markers)
     assert allowed(may, "<think>hmm</think>" + call, markers) and allowed(may, call, markers)
     assert allowed(grammar(think=think, markers=markers), "<think>hmm</think>Sunny.", markers)
+    # a call's marker written inside the reasoning opens no call there (the parser splits the reasoning off)
+    if not markers:  # (a special <tool_call> token has no place in reasoning text)
+        assert allowed(grammar(think=think, markers=False), "<think>I'll emit <tool_call> next</think>Sunny.", False)

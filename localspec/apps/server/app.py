@@ -175,6 +175,9 @@ def _events(session: Session, gen: Generation, job: Job):
     """On the engine thread: the prompt, checked against the context, and the answer's events (the answer's
     shape goes to the job, read once its first piece arrived)."""
     if gen.messages is not None:
+        if gen.tools and gen.request.grammar is None and session.grammar is not None:
+            why = "this server answers in the grammar it was started with (--json-schema / --grammar), so its "
+            raise ApiError(400, why + "answers cannot be tool calls: send no 'tools', or serve without it", "tools")
         prompt, job.shape = chat_prompt(session, gen.messages, gen.tools, gen.tool_spec)
         if gen.request.grammar is not None:  # the content is what the grammar matched, white space and all
             job.shape = replace(job.shape, verbatim=True)

@@ -17,7 +17,7 @@ from localspec.errors import ConfigError
 from localspec.session import MAX_LOGPROBS, Request
 from localspec.structured import grammar as structured
 from localspec.structured.grammar import Grammar
-from localspec.structured.tool_calls import ToolSpec, tool_spec
+from localspec.structured.tool_calls import SchemaError, ToolSpec, tool_spec
 
 # field -> what a request may send without localspec changing the model's distribution
 _REFUSED = {
@@ -77,8 +77,8 @@ def parse_chat(body) -> Generation:
         raise bad_request("structured output and 'tools' in one request are not supported yet; send one", "tools")
     try:
         spec = tool_spec(tools, choice, one_call) if tools else None
-    except ConfigError as exc:  # a strict function whose parameter schema cannot be used
-        raise bad_request(str(exc), "tools") from None
+    except SchemaError as exc:  # a strict function whose parameter schema cannot be used
+        raise bad_request(str(exc), f"tools[{exc.index}].function.parameters") from None
     return Generation(_model(body), checked, None, request, stream, usage, tools, spec, one_call)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from localspec.apps.server.tools import opens_think, prepare_messages, tool_format
+from localspec.apps.server.tools import grammar_knows_calls, opens_think, prepare_messages, tool_format
 from localspec.chat.answers import AnswerSplitter, parse_answer
 from localspec.chat.reasoning import markers
 from localspec.session import Session
@@ -57,7 +57,7 @@ def chat_prompt(
     think = markers(session.reasoning)
     in_think = opens_think(text, think[0])
     grammar = None
-    if tools and spec is not None:
+    if tools and spec is not None and grammar_knows_calls(template):
         reasons = think if session.reasoning is not None or in_think else None
         grammar = tool_grammar(spec, fmt, session.special_token, reasons, in_think)
     return session.template_tokens(text), Shape(fmt, bool(tools), in_think, think, grammar=grammar)

@@ -34,6 +34,14 @@ def template_renders_tools(template: str | None) -> bool:
     return bool(template and _USES_TOOLS.search(template))
 
 
+def grammar_knows_calls(template: str | None) -> bool:
+    """Whether the answer's calls come in a format the tools' grammar (structured/tool_calls.py) writes: the
+    template's own Hermes `<tool_call>` blocks or Llama 3.1 JSON, or the Hermes instructions prepare_messages
+    writes in for a template that renders no tools. Another template's own format (gpt-oss channels, Mistral's
+    [TOOL_CALLS]) is left unconstrained: a grammar in the wrong format would forbid the model's own tokens."""
+    return not template_renders_tools(template) or CALL in (template or "") or tool_format(template) == "llama3"
+
+
 def opens_think(prompt: str, start: str = THINK) -> bool:
     """Whether the rendered prompt already opened the reasoning (then pass in_think=True)."""
     return prompt.rstrip().endswith(start)

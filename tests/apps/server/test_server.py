@@ -16,6 +16,7 @@ from localspec.apps.server.run import is_loopback
 from localspec.apps.server.shaping import chat_prompt
 from localspec.config import settings_from_args
 from localspec.session import Request, Session
+from localspec.structured.grammar import json_object
 from localspec.types import common_prefix
 
 uvicorn = pytest.importorskip("uvicorn")
@@ -352,11 +353,33 @@ def test_tool_results_and_earlier_calls_go_into_the_prompt_and_bad_tools_are_400
             ),
             ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id"),
             ({"functions": [{"name": "f"}]}, "functions"),
-            ({"tools": [{"type": "function", "function": {**STRICT, "strict": True}}]}, "tools"),
+            (
+                {"tools": [WEATHER, {"type": "function", "function": {**STRICT, "strict": True}}]},
+                "tools[1].function.parameters",
+            ),
         ]:
             body = {"messages": [{"role": "user", "content": "hi"}], **body}
             answer = httpx.post(running.url + "/v1/chat/completions", json=body, timeout=30)
             assert answer.status_code == 400 and answer.json()["error"]["param"] == param, answer.text
+    finally:
+        running.stop()
+        worker.stop()
+
+
+def test_tools_are_refused_where_the_server_answers_in_a_grammar():
+    def session():
+        made = canned_session("{}", [])
+        made.grammar = json_object()
+        return made
+
+    worker, running = serve(session, "scripted")
+    try:
+        body = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER]}
+        answer = httpx.post(running.url + "/v1/chat/completions", json=body, timeout=30)
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == "tools", answer.text
+        assert "--json-schema" in answer.json()["error"]["message"]
+        del body["tools"]
+        assert httpx.post(running.url + "/v1/chat/completions", json=body, timeout=30).status_code == 200
     finally:
         running.stop()
         worker.stop()

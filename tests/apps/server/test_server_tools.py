@@ -9,6 +9,7 @@ from support.fakes import TIME, WEATHER
 from localspec.apps.server.tools import (
     ToolError,
     check_tools,
+    grammar_knows_calls,
     opens_think,
     prepare_messages,
     template_renders_tools,
@@ -300,6 +301,13 @@ def test_prepare_messages_adds_a_system_message():
     kept = [{"role": "assistant", "content": "Sure.", "tool_calls": HISTORY[2]["tool_calls"][1:]}]
     messages, tools = prepare_messages(kept, None, CHATML)
     assert tools is None and messages[0]["content"].startswith("Sure.\n<tool_call>\n")
+
+
+def test_the_grammar_constrains_calls_only_in_the_formats_it_writes():
+    assert grammar_knows_calls(QWEN) and grammar_knows_calls(CHATML) and grammar_knows_calls(None)
+    assert grammar_knows_calls(LLAMA)
+    own = "{% for t in tools %}{{ t | tojson }}{% endfor %}<|channel|>commentary to=functions.{{ name }}"
+    assert not grammar_knows_calls(own), "a template with its own call format is left unconstrained"
 
 
 def test_check_tools_accepts_good_requests():

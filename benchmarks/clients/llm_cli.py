@@ -28,11 +28,11 @@ def configure(home: Path, base_url: str, model: str) -> dict:
 def run(env: Path, home: Path, base_url: str, model: str) -> dict:
     child = configure(home, base_url, model)
     llm = str(env / "bin" / "llm")
-    steps = {
+    steps = {  # `continue` last: the check below reads the last two logged responses
+        "schema": [llm, "-m", "localspec", "--no-stream", "--schema", SCHEMA, "Invent a dog."],
         "prompt": [llm, "-m", "localspec", "--no-stream", "Name three primary colours, comma separated."],
         "stream": [llm, "-m", "localspec", "Write one sentence about the sea."],
         "continue": [llm, "-c", "Now the same about a river."],
-        "schema": [llm, "-m", "localspec", "--no-stream", "--schema", SCHEMA, "Invent a dog."],
     }
     out = {}
     for name, argv in steps.items():

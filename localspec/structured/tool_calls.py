@@ -27,7 +27,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from localspec.chat.answers import CALL, END_CALL, PYTHON_TAG
+from localspec.chat.answers import CALL, END_CALL, FENCE, PYTHON_TAG
 from localspec.errors import ConfigError
 from localspec.structured import grammar as structured
 from localspec.structured.grammar import JSON_LAYOUT, Grammar
@@ -124,19 +124,24 @@ class _Markers:
 
 def _hermes(spec: ToolSpec, marks: _Markers, rules: list[str]) -> str:
     close = marks(END_CALL)
-    # free text never holds the marker as text: the answer parser would read a call there that nothing checked
-    rules.append(f"FREE: TEXT & ~/(?s:.*){_regex(CALL)}(?s:.*)/")
+    # free text never holds the marker as text, nor opens with a ```json fence: the answer parser would read
+    # a call there that nothing checked (a fence is how Qwen2.5-Coder often writes one: it is held as a call)
+    fence = _regex(FENCE)
+    rules.append(f"UNFENCED: TEXT & ~/[ \\t\\n]*{fence}(?s:.*)/")
+    rules.append(f"FREE: UNFENCED & ~/(?s:.*){_regex(CALL)}(?s:.*)/")
+    more = "" if spec.one_call else '("\\n" body)*'
+    rules.append(f'fenced: {json.dumps(FENCE)} "\\n" body {more} "\\n```" WS')
     if spec.required:  # the answer is its calls, from the first token
         rules.append(f'call: {marks(CALL)} "\\n" body "\\n" {close}')
         return "call WS" if spec.one_call else "call (WS call)* WS"
     opened = marks.token(CALL)
     if opened is not None:  # the special token opens a call
         rules.append(f'call: {opened} "\\n" body "\\n" {close} FREE')
-        return "FREE call?" if spec.one_call else "FREE call*"
+        return "(FREE call? | fenced)" if spec.one_call else "(FREE call* | fenced)"
     # a text marker: free text up to its first occurrence (lazy: the lexer would not give a greedy lexeme
     # back), then the call; after the last call, free text again
-    rules += [f"opened[lazy]: TEXT {json.dumps(CALL)}", f'call: opened "\\n" body "\\n" {close}']
-    return "call? FREE" if spec.one_call else "call* FREE"
+    rules += [f"opened[lazy]: UNFENCED {json.dumps(CALL)}", f'call: opened "\\n" body "\\n" {close}']
+    return "(call? FREE | fenced)" if spec.one_call else "(call* FREE | fenced)"
 
 
 def _llama3(spec: ToolSpec, marks: _Markers, rules: list[str]) -> str:

@@ -120,6 +120,18 @@ def test_calls_may_end_with_white_space():
     assert allowed(grammar(fmt="llama3", choice="required"), llama + "; " + llama)
 
 
+@pytest.mark.parametrize("markers", [True, False])
+def test_a_fenced_call_is_held_like_a_tool_call_block(markers):
+    """Qwen2.5-Coder often answers a call as one ```json fence, which the answer parser reads as a call."""
+    g = grammar(markers=markers)
+    assert allowed(g, f"```json\n{GOOD}\n```", markers)
+    assert allowed(g, f"```json\n{GOOD}\n{GOOD}\n```\n", markers)
+    assert not allowed(g, '```json\n{"name": "rm", "arguments": {}}\n```', markers)
+    assert not allowed(g, '```json\n{"name": "get_weather"}\n```', markers)
+    assert allowed(g, 'Here: ```python\nprint("hi")\n```', markers), "other fences are prose"
+    assert not allowed(grammar(one_call=True, markers=markers), f"```json\n{GOOD}\n{GOOD}\n```", markers)
+
+
 def test_one_call_at_most_without_parallel_calls():
     call = f"<tool_call>\n{GOOD}\n</tool_call>"
     for markers in (True, False):

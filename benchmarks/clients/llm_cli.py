@@ -44,7 +44,7 @@ def run(env: Path, home: Path, base_url: str, model: str) -> dict:
         out[name] = {
             "exit_code": done.returncode,
             "wall_s": round(time.perf_counter() - started, 2),
-            "output": done.stdout.strip()[:400],
+            "output": answers[name][:400],
             "stderr": done.stderr.strip()[-400:],
         }
     logs = subprocess.run([llm, "logs", "-n", "2", "--json"], env=child, capture_output=True, text=True, timeout=60)

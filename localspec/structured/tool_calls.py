@@ -112,10 +112,12 @@ class _Markers:
     """A marker as the grammar writes it: its special token (``<[id]>``), else its text."""
 
     def __init__(self, special: Callable[[str], int | None]) -> None:
-        self.special = special
+        self.special, self._ids = special, {}  # each marker looked up once (tokenized by the model)
 
     def token(self, text: str) -> str | None:
-        token = self.special(text)
+        if text not in self._ids:
+            self._ids[text] = self.special(text)
+        token = self._ids[text]
         return None if token is None else f"<[{token}]>"
 
     def __call__(self, text: str) -> str:
@@ -124,16 +126,15 @@ class _Markers:
 
 def _hermes(spec: ToolSpec, marks: _Markers, rules: list[str]) -> str:
     close = marks(END_CALL)
-    # free text never holds the marker as text, nor opens with a ```json fence: the answer parser would read
-    # a call there that nothing checked (a fence is how Qwen2.5-Coder often writes one: it is held as a call)
-    fence = _regex(FENCE)
-    rules.append(f"UNFENCED: TEXT & ~/[ \\t\\n]*{fence}(?s:.*)/")
-    rules.append(f"FREE: UNFENCED & ~/(?s:.*){_regex(CALL)}(?s:.*)/")
-    more = "" if spec.one_call else '("\\n" body)*'
-    rules.append(f'fenced: {json.dumps(FENCE)} "\\n" body {more} "\\n```" WS')
     if spec.required:  # the answer is its calls, from the first token
         rules.append(f'call: {marks(CALL)} "\\n" body "\\n" {close}')
         return "call WS" if spec.one_call else "call (WS call)* WS"
+    # free text never holds the marker as text, nor opens with a ```json fence: the answer parser would read
+    # a call there that nothing checked (a fence is how Qwen2.5-Coder often writes one: it is held as a call)
+    rules.append(f"UNFENCED: TEXT & ~/[ \\t\\n]*{_regex(FENCE)}(?s:.*)/")
+    rules.append(f"FREE: UNFENCED & ~/(?s:.*){_regex(CALL)}(?s:.*)/")
+    more = "" if spec.one_call else '("\\n" body)*'
+    rules.append(f'fenced: {json.dumps(FENCE)} "\\n" body {more} "\\n```" WS')
     opened = marks.token(CALL)
     if opened is not None:  # the special token opens a call
         rules.append(f'call: {opened} "\\n" body "\\n" {close} FREE')
@@ -161,9 +162,9 @@ def _reasoning(think: tuple[str, str] | None, in_think: bool, marks: _Markers, r
         return ""
     start, end = think
     if marks.token(end) is not None:
-        rules.append(f"reasoning: ANY {marks(end)} /[ \\t\\n]*/")
+        rules.append(f"reasoning: ANY {marks(end)} WS")
     else:
-        rules += [f"reasoned[lazy]: ANY {json.dumps(end)}", "reasoning: reasoned /[ \\t\\n]*/"]
+        rules += [f"reasoned[lazy]: ANY {json.dumps(end)}", "reasoning: reasoned WS"]
     if in_think:  # the prompt opened it: the constraint starts after its end
         return "reasoning "
     rules.append(f"opening: {marks(start)} reasoning")

@@ -15,3 +15,7 @@ class ConfigError(LocalspecError):
 
 class ContextOverflow(LocalspecError):
     """A prompt or conversation does not fit in the model's context window."""
+
+
+class GrammarError(LocalspecError):
+    """An answer's grammar cannot be followed any further (it became too costly, or refused what it allowed)."""

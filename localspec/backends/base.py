@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.backends.chat_template import render_chat
+from localspec.errors import ModelError
 from localspec.types import ForwardOut
 
 Progress = Callable[[int, int], None] | None  # (done, total) tokens
@@ -97,6 +98,9 @@ class Backend:
         beginning tokens are marked special (never text the grammar may allow)."""
         if getattr(self, "_grammar_tokenizer", None) is None:
             import llguidance
+
+            if not self.eog_tokens:
+                raise ModelError("this model has no end-of-generation token, so a grammar could never end its answer")
 
             specials = set(self.eog_tokens) | ({self.bos_token} if self.bos_token is not None else set())
             pieces = [

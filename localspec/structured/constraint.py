@@ -10,6 +10,13 @@
 - ``forced()``: the tokens the grammar allows no alternative to (the grammar drafter proposes them).
 - ``commit(tokens)``: the emitted tokens move the matcher on (it is never moved by drafts: validation and
   masks consume and roll back).
+
+The grammar's work per token is bounded, so that no grammar can stall the engine thread: llguidance's own
+limits (``LIMITS``: Earley items and lexer fuel per mask, items per parser row) and a time budget
+(``TOKEN_BUDGET_S``) for one row's mask and for the matcher's move per token. An ambiguous grammar's cost grows with
+the answer (measured: ``x: x x | x x x | "a" | "b" | ""`` takes 29 ms per token after 180 tokens and 0.36 s
+after 400, where llguidance's row limit alone would stop it, 33 s in); past either bound the answer ends with a
+``GrammarError`` that says so. A JSON schema's mask costs 10-30 µs.
 """
 
 from __future__ import annotations
@@ -19,34 +26,41 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from localspec.errors import ConfigError
+from localspec.errors import ConfigError, GrammarError
 from localspec.rows import Rows
 from localspec.structured.grammar import Grammar
 from localspec.types import Draft
 
+LIMITS = {"step_max_items": 50_000, "step_lexer_fuel": 200_000, "max_items_in_row": 2_000}  # llguidance's defaults
+TOKEN_BUDGET_S = 0.25  # the most one row's mask, or the matcher's move per token, may take
+
 
 class Constraint:
-    def __init__(self, grammar: Grammar, tokenizer, vocab_size: int) -> None:
+    def __init__(self, grammar: Grammar, tokenizer, vocab_size: int, limits: dict | None = None) -> None:
         import llguidance
 
         self.grammar, self.vocab_size = grammar, vocab_size
-        self.matcher = llguidance.LLMatcher(tokenizer, grammar.text, log_level=0)
+        bounds = llguidance.LLParserLimits(**{**LIMITS, **(limits or {})})
+        self.matcher = llguidance.LLMatcher(tokenizer, grammar.text, log_level=0, limits=bounds)
         if self.matcher.is_error():
             raise ConfigError(f"the {grammar.kind} grammar cannot be used: {self.matcher.get_error()}")
         self._eos = set(tokenizer.eos_tokens)
         self._bits = np.zeros((tokenizer.vocab_size + 31) // 32, dtype=np.int32)
         self.masks, self.mask_s = 0, 0.0  # rows masked this answer and the seconds their masks took
         self.forced_drafted = self.forced_accepted = 0  # the grammar drafter's forced tokens (drafters/grammar.py)
+        self.committed = 0  # tokens the matcher moved past
 
     def allowed(self, path: Sequence[int] = ()) -> np.ndarray:
         """Which tokens (bool per logit column) the grammar allows after the committed answer and ``path``."""
         started, m = time.perf_counter(), self.matcher
         if path and not m.consume_tokens(list(path)):
+            self._check(time.perf_counter() - started)  # past its limits: a GrammarError
             raise ValueError(f"path {list(path)} is not allowed by the grammar (validate drafts first)")
         try:
             m.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+            self._check(time.perf_counter() - started)
         finally:
-            if path:
+            if path and not m.is_error():
                 m.rollback(len(path))
         bits = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[: self.vocab_size]
         if bits.shape[0] < self.vocab_size:  # logit columns past the tokenizer's vocabulary: never allowed
@@ -73,13 +87,33 @@ class Constraint:
     def commit(self, tokens: Sequence[int]) -> None:
         """Move the matcher past emitted ``tokens`` (an end of generation last: a finished grammar has stopped
         the matcher, which then takes nothing more, and needs none)."""
-        tokens = list(tokens)
+        tokens, started = list(tokens), time.perf_counter()
         ends = bool(tokens) and tokens[-1] in self._eos
         ok = self.matcher.consume_tokens(tokens[:-1] if ends else tokens)
         if ok and ends and not self.matcher.is_stopped():
             ok = self.matcher.consume_tokens(tokens[-1:])
-        if not ok:
-            raise RuntimeError(f"the grammar refused emitted tokens: {self.matcher.get_error()}")
+        if not ok and not self.matcher.is_error():
+            raise GrammarError(f"the grammar refused tokens it had allowed: {self._error()}")
+        self._check((time.perf_counter() - started) / max(len(tokens), 1))
+        self.committed += len(tokens)
+
+    def _check(self, seconds: float) -> None:
+        """End the answer where the grammar's work (one mask, or one token's move) went past its bounds (see the
+        module doc)."""
+        if self.matcher.is_error():
+            why = f"it went past llguidance's limits ({self._error()})"
+        elif seconds > TOKEN_BUDGET_S:
+            why = f"one token took {1e3 * seconds:.1f} ms of grammar work (the bound is {1e3 * TOKEN_BUDGET_S:g} ms)"
+        else:
+            return
+        raise GrammarError(
+            f"the {self.grammar.kind} grammar became too costly to follow after {self.committed} tokens: {why}; "
+            "simplify it (an ambiguous rule such as `x: x x | ...` grows with the answer: write it as a repetition)"
+        )
+
+    def _error(self) -> str:
+        lines = [line for line in self.matcher.get_error().splitlines() if line.strip()]
+        return lines[0].strip() if lines else "no reason given"
 
     def figures(self, generated: int) -> dict:
         """The turn's grammar figures for its stats: what was constrained, forced tokens drafted and accepted,

@@ -16,8 +16,9 @@ from localspec.drafters.grammar import GrammarDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.random import RandomDrafter
 from localspec.engine.loop import generate
-from localspec.errors import ConfigError
+from localspec.errors import ConfigError, GrammarError
 from localspec.sampling import SamplingParams
+from localspec.structured import constraint as constraint_module
 from localspec.structured import grammar
 from localspec.structured.constraint import Constraint
 from localspec.types import Draft
@@ -141,6 +142,31 @@ def test_the_grammar_drafter_drafts_forced_tokens_which_are_verified_in_one_wind
     assert target.forward_calls[0] == 4  # the pending token and the three forced ones, in one forward
     assert done.stats.accepted == 3
     assert done.stats.grammar["forced_drafted"] == done.stats.grammar["forced_accepted"] == 3
+
+
+# ambiguous: the parser's work per token grows with the answer (the scripted model writes a and b, never c)
+AMBIGUOUS = 'start: x x x x x x x x x x x x x x x x "c"\nx: x x | "a" | "b" | ""\n'
+
+
+def test_a_grammar_past_llguidances_limits_ends_the_answer_with_a_clear_error():
+    target = backend()
+    tight = Constraint(grammar.lark(AMBIGUOUS), target.grammar_tokenizer(), V, limits={"step_max_items": 300})
+    with pytest.raises(GrammarError) as error:
+        generate(target, NgramDrafter(1, 4), PROMPT, SamplingParams(temperature=0), max_tokens=2000, constraint=tight)
+    message = str(error.value)
+    assert "\n" not in message and "Too many items (limit 300" in message and "simplify it" in message
+    assert 10 < tight.committed < 2000  # it ran, then stopped where the limit was reached, not at max_tokens
+
+
+def test_a_grammar_whose_work_per_token_outgrows_its_time_budget_ends_the_answer(monkeypatch):
+    target = backend()
+    monkeypatch.setattr(constraint_module, "TOKEN_BUDGET_S", 2e-4)  # the ambiguous grammar passes it in ~20 tokens
+    slow = constraint(target, grammar.lark(AMBIGUOUS))
+    with pytest.raises(GrammarError, match=r"ms of grammar work \(the bound is 0.2 ms\)"):
+        generate(target, NoDrafter(), PROMPT, SamplingParams(temperature=0), max_tokens=5000, constraint=slow)
+    assert slow.committed < 5000
+    cheap = constraint(target)  # a regular language costs microseconds: never near the bound
+    assert generate(target, NoDrafter(), PROMPT, SAMPLING, max_tokens=8, constraint=cheap).text
 
 
 def test_bad_grammars_are_clear_errors():

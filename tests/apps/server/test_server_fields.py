@@ -167,3 +167,26 @@ def test_parallel_tool_calls_false_keeps_the_first_call():
     finally:
         running.stop()
         worker.stop()
+
+
+def test_a_grammar_past_its_limits_ends_that_request_alone_with_a_clear_error(monkeypatch):
+    from localspec.structured import constraint
+
+    monkeypatch.setitem(constraint.LIMITS, "step_max_items", 300)  # the ambiguous rule passes it within ~60 tokens
+    ambiguous = 'root ::= x x x x "s"\nx ::= x x | "r" | "k" | ""\n'  # the scripted model writes rkrk.., never s
+    worker, running = serve(lambda: session(eog=19), "scripted")
+    try:
+        body = {"prompt": "ab", "max_tokens": 2000, "temperature": 0, "grammar": ambiguous}
+        whole = post(running, "/v1/completions", body)
+        assert whole.status_code == 400, whole.text
+        message = whole.json()["error"]["message"]
+        assert "grammar became too costly to follow" in message and "Too many items (limit 300" in message
+        streamed = post(running, "/v1/completions", {**body, "stream": True}).text.split("\n\n")
+        chunks = [json.loads(line.removeprefix("data: ")) for line in streamed if line.startswith("data: ")]
+        assert "".join(c["choices"][0]["text"] for c in chunks[:-1]).startswith("rkrk")  # what it had streamed,
+        assert "too costly" in chunks[-1]["error"]["message"]  # then the error as the stream's last event
+        after = post(running, "/v1/completions", {"prompt": "ab", "max_tokens": 4, "grammar": 'root ::= "ab"'})
+        assert after.status_code == 200 and after.json()["choices"][0]["text"] == "ab"  # the server goes on
+    finally:
+        running.stop()
+        worker.stop()

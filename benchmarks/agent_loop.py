@@ -233,10 +233,11 @@ def start_systems(
     tmp: Path,
     stack: ExitStack,
     errors: dict,
+    server_batch: int = 512,
 ) -> dict:
     """Every system ({name: (family, localspec serve flags | llama-server spec type)}) started and entered into
-    ``stack``, all with ``args.ctx`` and ``args.threads``; a system that is skipped or fails to start is said in
-    ``errors``."""
+    ``stack``, all with ``args.ctx`` and ``args.threads`` (llama-server with ``server_batch`` as -b and -ub); a
+    system that is skipped or fails to start is said in ``errors``."""
     procs = {}
     for system, (family, how) in systems.items():
         if family == "server" and binary is None:
@@ -245,7 +246,7 @@ def start_systems(
             continue
         kw = {"n_ctx": args.ctx, "threads": args.threads, "log_path": tmp / f"{system}.log"}
         if family == "server":
-            proc = LlamaServer(binary, model, how, **kw)
+            proc = LlamaServer(binary, model, how, n_batch=server_batch, **kw)
         else:
             proc = LocalspecServer(model, how, own_cache(tmp / f"{system}-cache"), **kw)
         try:

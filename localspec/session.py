@@ -11,6 +11,7 @@ import numpy as np
 from localspec.backends import load_backend
 from localspec.backends.base import Backend, Progress
 from localspec.chat.conversation import Conversation
+from localspec.chat.fim import Infill, infill_tokens
 from localspec.chat.prompt_states import PromptStates
 from localspec.chat.reasoning import SWITCH, ReasoningFormat, reasoning_format
 from localspec.config import MAX_TOKENS, Settings
@@ -24,7 +25,7 @@ from localspec.engine.logprobs import MAX_TOP as MAX_LOGPROBS  # noqa: F401 (the
 from localspec.engine.loop import stream_generate
 from localspec.engine.speclen import AdaptiveK, FixedK, make_policy
 from localspec.engine.stats import TokenEvent
-from localspec.errors import ConfigError, LocalspecError
+from localspec.errors import ConfigError, LocalspecError, ModelError
 from localspec.sampling import SamplingParams
 from localspec.structured.constraint import Constraint, special_token
 from localspec.structured.grammar import Grammar
@@ -256,6 +257,8 @@ class Session:
         session's drafter (grammar+suffix), or no constraint and the session's drafter."""
         if grammar is None:
             return None, self.drafter
+        if not self.backend.eog_tokens:
+            raise ModelError("this model has no end-of-generation token, so a grammar could never end its answer")
         constraint = Constraint(grammar, self.backend.grammar_tokenizer(), self.backend.vocab_size)
         return constraint, GrammarDrafter(self.drafter)
 
@@ -282,6 +285,20 @@ class Session:
 
     def text_prompt(self, text: str) -> list[int]:
         return self.backend.with_bos(self.backend.tokenize(text))
+
+    def infill_prompt(self, infill: Infill, max_tokens: int | None) -> list[int]:
+        """A fill-in-the-middle prompt in this model's FIM tokens (chat/fim.py), room left for the answer."""
+        b = self.backend
+        marks = b.fim_tokens()
+        if marks is None:
+            raise ModelError(
+                f"{self.model_name} has no fill-in-the-middle tokens (prefix, suffix and middle markers), so it "
+                "cannot fill in code; serve a code model that has them (Qwen2.5-Coder, StarCoder 2, CodeLlama, "
+                "DeepSeek-Coder)"
+            )
+        bos = b.bos_token if b.add_bos else None
+        room = min(max_tokens or self.max_tokens, b.n_ctx // 2)  # clients send 4096 whatever the context: clipped
+        return infill_tokens(infill, marks, b.tokenize, b.n_ctx, room, bos)
 
     @property
     def context_size(self) -> int:

@@ -238,3 +238,15 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
         else:
             hi = mid
     return lo
+
+
+@dataclass(frozen=True)
+class FimTokens:
+    """A code model's fill-in-the-middle tokens: the prefix, suffix and middle markers, and where the model has
+    them, the repository and file-separator markers of repo-level prompts."""
+
+    pre: int
+    suf: int
+    mid: int
+    rep: int | None = None
+    sep: int | None = None

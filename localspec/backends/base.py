@@ -13,8 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.backends.chat_template import render_chat
-from localspec.errors import ModelError
-from localspec.types import ForwardOut
+from localspec.types import FimTokens, ForwardOut
+
+# the texts code models give their fill-in-the-middle markers, prefix first (Qwen2.5-Coder, StarCoder, Granite,
+# DeepSeek-Coder, CodeLlama), as llama.cpp's vocabulary loader recognises them where a file names no ids
+FIM_MARKERS = {
+    "pre": ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>"),
+    "suf": ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>"),
+    "mid": ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>"),
+    "rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
+    "sep": ("<|file_sep|>",),
+}
 
 Progress = Callable[[int, int], None] | None  # (done, total) tokens
 
@@ -99,9 +108,6 @@ class Backend:
         if getattr(self, "_grammar_tokenizer", None) is None:
             import llguidance
 
-            if not self.eog_tokens:
-                raise ModelError("this model has no end-of-generation token, so a grammar could never end its answer")
-
             specials = set(self.eog_tokens) | ({self.bos_token} if self.bos_token is not None else set())
             pieces = [
                 b"\xff" + (self.token_text(t) or f"<special_{t}>").encode() if t in specials else self.token_bytes(t)
@@ -120,6 +126,19 @@ class Backend:
                 llguidance.TokenizerWrapper(Vocabulary()), eos_token=sorted(self.eog_tokens)
             )
         return self._grammar_tokenizer
+
+    def fim_tokens(self) -> FimTokens | None:
+        """The model's fill-in-the-middle tokens, None where it has no prefix, suffix and middle markers. This one
+        looks the markers up by their text (``FIM_MARKERS``), each of which must be one token of the vocabulary;
+        llama.cpp reads them from the model file."""
+        found = {}
+        for role, texts in FIM_MARKERS.items():
+            for text in texts:
+                ids = self.tokenize(text, special=True)
+                if len(ids) == 1 and self.token_text(ids[0]) == text:
+                    found[role] = ids[0]
+                    break
+        return FimTokens(**found) if {"pre", "suf", "mid"} <= found.keys() else None
 
     def chat_text(
         self, messages: Sequence[dict], add_generation_prompt: bool = True, tools=None, options: dict | None = None

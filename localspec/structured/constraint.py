@@ -21,6 +21,7 @@ after 400, where llguidance's row limit alone would stop it, 33 s in); past eith
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 
@@ -32,7 +33,8 @@ from localspec.structured.grammar import Grammar
 from localspec.types import Draft
 
 LIMITS = {"step_max_items": 50_000, "step_lexer_fuel": 200_000, "max_items_in_row": 2_000}  # llguidance's defaults
-TOKEN_BUDGET_S = 0.25  # the most one row's mask, or the matcher's move per token, may take
+TOKEN_BUDGET_S = 0.25  # the most one row's mask, or the matcher's move per token, may take (CPU seconds)
+LIMIT_ERROR = re.compile(r"Too many items|max is \d+|fuel|limit \d+", re.IGNORECASE)  # llguidance's limit errors
 
 
 class Constraint:
@@ -52,13 +54,13 @@ class Constraint:
 
     def allowed(self, path: Sequence[int] = ()) -> np.ndarray:
         """Which tokens (bool per logit column) the grammar allows after the committed answer and ``path``."""
-        started, m = time.perf_counter(), self.matcher
+        started, cpu, m = time.perf_counter(), time.thread_time(), self.matcher
         if path and not m.consume_tokens(list(path)):
-            self._check(time.perf_counter() - started)  # past its limits: a GrammarError
-            raise ValueError(f"path {list(path)} is not allowed by the grammar (validate drafts first)")
+            self._check(time.thread_time() - cpu)  # past its limits: a GrammarError
+            raise RuntimeError(f"path {list(path)} is not allowed by the grammar (validate drafts first)")
         try:
             m.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
-            self._check(time.perf_counter() - started)
+            self._check(time.thread_time() - cpu)
         finally:
             if path and not m.is_error():
                 m.rollback(len(path))
@@ -87,21 +89,22 @@ class Constraint:
     def commit(self, tokens: Sequence[int]) -> None:
         """Move the matcher past emitted ``tokens`` (an end of generation last: a finished grammar has stopped
         the matcher, which then takes nothing more, and needs none)."""
-        tokens, started = list(tokens), time.perf_counter()
+        tokens, cpu = list(tokens), time.thread_time()
         ends = bool(tokens) and tokens[-1] in self._eos
         ok = self.matcher.consume_tokens(tokens[:-1] if ends else tokens)
         if ok and ends and not self.matcher.is_stopped():
             ok = self.matcher.consume_tokens(tokens[-1:])
-        if not ok and not self.matcher.is_error():
-            raise GrammarError(f"the grammar refused tokens it had allowed: {self._error()}")
-        self._check((time.perf_counter() - started) / max(len(tokens), 1))
+        self._check((time.thread_time() - cpu) / max(len(tokens), 1))
+        if not ok:
+            raise RuntimeError(f"the grammar refused emitted tokens: {self._error()}")
         self.committed += len(tokens)
 
     def _check(self, seconds: float) -> None:
-        """End the answer where the grammar's work (one mask, or one token's move) went past its bounds (see the
-        module doc)."""
-        if self.matcher.is_error():
-            why = f"it went past llguidance's limits ({self._error()})"
+        """End the answer where the grammar's work (one mask, or one token's move: this thread's CPU seconds)
+        went past its bounds (see the module doc). Any other error of the matcher is a bug, not the user's."""
+        error = self._error() if self.matcher.is_error() else ""
+        if LIMIT_ERROR.search(error):
+            why = f"it went past llguidance's limits ({error})"
         elif seconds > TOKEN_BUDGET_S:
             why = f"one token took {1e3 * seconds:.1f} ms of grammar work (the bound is {1e3 * TOKEN_BUDGET_S:g} ms)"
         else:

@@ -160,13 +160,13 @@ def test_a_grammar_past_llguidances_limits_ends_the_answer_with_a_clear_error():
 
 def test_a_grammar_whose_work_per_token_outgrows_its_time_budget_ends_the_answer(monkeypatch):
     target = backend()
+    cheap = constraint(target)  # a regular language costs microseconds: never near the bound
+    assert generate(target, NoDrafter(), PROMPT, SAMPLING, max_tokens=8, constraint=cheap).text
     monkeypatch.setattr(constraint_module, "TOKEN_BUDGET_S", 2e-4)  # the ambiguous grammar passes it in ~20 tokens
     slow = constraint(target, grammar.lark(AMBIGUOUS))
     with pytest.raises(GrammarError, match=r"ms of grammar work \(the bound is 0.2 ms\)"):
         generate(target, NoDrafter(), PROMPT, SamplingParams(temperature=0), max_tokens=5000, constraint=slow)
     assert slow.committed < 5000
-    cheap = constraint(target)  # a regular language costs microseconds: never near the bound
-    assert generate(target, NoDrafter(), PROMPT, SAMPLING, max_tokens=8, constraint=cheap).text
 
 
 def test_bad_grammars_are_clear_errors():

@@ -95,13 +95,25 @@ def _finish(w, path: Path) -> Path:
 
 
 def write_tiny_f32_llama(
-    path: Path, seed: int = 0, embd=64, layers=8, ff=128, heads=4, kv_heads=2, scale=0.5, focus=0, extra_tokens=0
+    path: Path,
+    seed: int = 0,
+    embd=64,
+    layers=8,
+    ff=128,
+    heads=4,
+    kv_heads=2,
+    scale=0.5,
+    focus=0,
+    extra_tokens=0,
+    specials: tuple[str, ...] = (),
 ) -> Path:
     """A random float32 llama GGUF that the torch backend (dequantizing nothing) and llama.cpp both run:
     the same weights on both sides, so their hidden states and logits can be compared. ``focus`` > 0: only
-    tokens 0..focus-1 get output rows (the others' logits are 0), so a few tokens carry most of the mass."""
+    tokens 0..focus-1 get output rows (the others' logits are 0), so a few tokens carry most of the mass.
+    ``specials``: control tokens of these texts (FIM markers, which llama.cpp recognises by their text)."""
     rng = np.random.default_rng(seed)
-    vocab = VOCAB[:-1] + [f"<|extra_{i}|>" for i in range(extra_tokens)] + VOCAB[-1:]  # control tokens
+    extras = [f"<|extra_{i}|>" for i in range(extra_tokens)] + list(specials)
+    vocab = VOCAB[:-1] + extras + VOCAB[-1:]  # control tokens
     w = _llama_header(path, "tiny-f32-llama", embd, layers, ff, heads, kv_heads, vocab=vocab)
     head_dim = embd // heads
 

@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from localspec.apps.server import replies
 from localspec.apps.server.errors import ApiError, bad_request
-from localspec.apps.server.requests import Generation, parse_chat, parse_completion
+from localspec.apps.server.requests import Generation, parse_chat, parse_completion, parse_infill
 from localspec.apps.server.shaping import Shape, chat_prompt
 from localspec.apps.server.worker import Busy, Job, Piece, Worker
 from localspec.errors import ContextOverflow, LocalspecError
@@ -102,6 +102,10 @@ class Server:
         self.check(request)
         return await self._generate(request, parse_completion(await self.body(request)), chat=False)
 
+    async def infill(self, request: HttpRequest) -> Response:
+        self.check(request)
+        return await self._generate(request, parse_infill(await self.body(request)), chat=False)
+
     async def _generate(self, request: HttpRequest, gen: Generation, chat: bool) -> Response:
         name = self.answer_as(gen.model)
         job = Job(lambda session: _events(session, gen, job), asyncio.get_running_loop())
@@ -116,7 +120,8 @@ class Server:
         if first.error is not None:
             raise _api_error(first.error)
         if gen.stream:
-            sse = self._sse(request, job, first, gen, rid, name, chat)
+            sse = (_native_sse(job, first, name) if gen.native else
+                   self._sse(request, job, first, gen, rid, name, chat))  # fmt: skip
             return StreamingResponse(sse, media_type="text/event-stream")
         return await self._whole(request, job, first, gen, rid, name, chat)
 
@@ -132,6 +137,8 @@ class Server:
         if piece.error is not None:
             raise _api_error(piece.error)
         text, record = "".join(parts), piece.record or {}
+        if gen.native:
+            return JSONResponse(replies.native_reply(name, text, piece.finish, record))
         if not chat:
             return JSONResponse(replies.completion_reply(rid, name, text, piece.finish, record, scores))
         message, called = job.shape.message(text)
@@ -171,6 +178,22 @@ class Server:
             job.cancelled.set()  # a client that left stops its generation at the next step
 
 
+async def _native_sse(job: Job, piece: Piece, name: str):
+    """llama-server's own stream (/infill): a `{"content", "stop": false}` event per piece, then the whole
+    reply's figures with `"stop": true`; no [DONE]."""
+    try:
+        while not piece.done:
+            if piece.text:
+                yield _data({"content": piece.text, "stop": False})
+            piece = await job.out.get()
+        if piece.error is not None:
+            yield _data(_api_error(piece.error).body())
+            return
+        yield _data(replies.native_reply(name, "", piece.finish, piece.record or {}))
+    finally:
+        job.cancelled.set()
+
+
 def _events(session: Session, gen: Generation, job: Job):
     """On the engine thread: the prompt, checked against the context, and the answer's events (the answer's
     shape goes to the job, read once its first piece arrived)."""
@@ -183,6 +206,8 @@ def _events(session: Session, gen: Generation, job: Job):
             job.shape = replace(job.shape, verbatim=True)
         elif job.shape.grammar is not None:  # the tools' calls parse (structured/tool_calls.py)
             gen = replace(gen, request=replace(gen.request, grammar=job.shape.grammar))
+    elif gen.infill is not None:
+        prompt, job.shape = session.infill_prompt(gen.infill, gen.request.max_tokens), Shape()
     else:
         prompt, job.shape = session.text_prompt(gen.prompt), Shape()
     room = session.context_size - len(prompt)
@@ -191,7 +216,7 @@ def _events(session: Session, gen: Generation, job: Job):
             400,
             f"the prompt is {len(prompt)} tokens and the context holds {session.context_size}: no room for an "
             "answer; shorten the conversation (or serve with a larger --ctx)",
-            "messages" if gen.messages is not None else "prompt",
+            "messages" if gen.messages is not None else "input_prefix" if gen.native else "prompt",
             "context_length_exceeded",
         )
     # clients send fixed max_tokens (4096, 8192) whatever the model: what does not fit is clipped to the room
@@ -271,6 +296,7 @@ def create_app(server: Server, cors: bool = False) -> Starlette:
         Route("/metrics", server.metrics),
         Route("/v1/chat/completions", server.chat, methods=["POST"]),
         Route("/v1/completions", server.completions, methods=["POST"]),
+        Route("/infill", server.infill, methods=["POST"]),
     ]
     middleware = [Middleware(CORSMiddleware, allow_origins=["*"], allow_headers=["*"])] if cors else []
     return Starlette(

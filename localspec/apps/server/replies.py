@@ -130,3 +130,16 @@ def chunk(
         choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": logprobs}
         kind = "text_completion"
     return {"id": rid, "object": kind, "created": int(time.time()), "model": model, "choices": [choice]}
+
+
+NATIVE_STOP = {"stop": "eos", "length": "limit", "context": "limit"}  # llama-server's stop_type per finish
+
+
+def native_reply(model: str, text: str, finish: str, record: dict) -> dict:
+    """llama-server's own reply (its /completion and /infill, not OpenAI's), with the fields its editor
+    clients read (llama.vscode, llama.vim): the content, why it stopped, the token counts and timings."""
+    t = timings(record)
+    return {"content": text, "stop": True, "stop_type": NATIVE_STOP.get(finish, "none"), "stopping_word": "",
+            "model": model, "tokens_predicted": t["predicted_n"], "tokens_evaluated": t["prompt_n"] + t["cache_n"],
+            "tokens_cached": t["cache_n"], "truncated": False, "has_new_line": "\n" in text, "timings": t,
+            "speculation": speculation(record)}  # fmt: skip

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from localspec.apps.server.errors import bad_request
 from localspec.apps.server.tools import ToolError, check_tools
+from localspec.chat.fim import Infill
 from localspec.errors import ConfigError
 from localspec.session import MAX_LOGPROBS, Request
 from localspec.structured import grammar as structured
@@ -28,7 +29,6 @@ _REFUSED = {
     "repetition_penalty": (1, 1.0, None),
     "best_of": (1, None),
     "echo": (False, None),
-    "suffix": (None, ""),
     "functions": (None, []),
     "function_call": (None,),
 }
@@ -52,6 +52,8 @@ class Generation:
     tools: list[dict] | None = None  # offered to the model (None: none, or tool_choice 'none')
     tool_spec: ToolSpec | None = None  # what the calls follow: tool_choice, the functions' schemas
     one_call: bool = False  # parallel_tool_calls: false — the answer's first call only
+    infill: Infill | None = None  # fill in the middle: /infill, or /v1/completions with a `suffix`
+    native: bool = False  # answered in llama-server's own format (/infill), not OpenAI's
 
 
 def parse_chat(body) -> Generation:
@@ -93,7 +95,36 @@ def parse_completion(body) -> Generation:
     if isinstance(logprobs, bool):  # some clients send the chat API's boolean here
         logprobs = 0 if logprobs else None
     logprobs = _number({"logprobs": logprobs}, "logprobs", int, 0, MAX_LOGPROBS)
-    return Generation(_model(body), None, prompt, *_common(body, logprobs))
+    suffix = body.get("suffix")
+    if suffix is not None and not isinstance(suffix, str):
+        raise bad_request("'suffix' must be a string (the text after the completion)", "suffix")
+    infill = Infill(prefix=prompt, suffix=suffix) if suffix else None
+    return Generation(_model(body), None, prompt, *_common(body, logprobs), infill=infill)
+
+
+def parse_infill(body) -> Generation:
+    """llama-server's /infill (llama.vscode, llama.vim, Continue): `input_prefix` and `input_suffix`, the other
+    files in `input_extra` ([{filename, text}]), a `prompt` after the prefix; `n_predict` (or `max_tokens`) and
+    the sampler fields as on /v1/completions."""
+    body = _object(body)
+    prefix, suffix = _text(body, "input_prefix", "", True), _text(body, "input_suffix", "", True)
+    extra = body.get("input_extra") or []
+    if not isinstance(extra, list):
+        raise bad_request('\'input_extra\' must be an array of {"filename": string, "text": string}', "input_extra")
+    files = []
+    for i, chunk in enumerate(extra):
+        where = f"input_extra[{i}]"
+        if not isinstance(chunk, dict):
+            raise bad_request(f'{where} must be an object {{"filename": string, "text": string}}', where)
+        name = _text(chunk, "filename", where, False) if "filename" in chunk else "tmp"
+        files.append((name, _text(chunk, "text", where, True)))
+    predict = _number(body, "n_predict", int, -1)
+    if predict is not None and "max_tokens" not in body:
+        # -1: as much as the context holds; 0 (editors warming the cache with their files): one token, as
+        # llama-server answers it
+        body = {**body, "max_tokens": max(predict, 1) if predict >= 0 else None}
+    infill = Infill(prefix, suffix, tuple(files), _text(body, "prompt", "", False))
+    return Generation(_model(body), None, None, *_common(body, None), infill=infill, native=True)
 
 
 def _chat_logprobs(body: dict) -> int | None:
@@ -199,11 +230,13 @@ def _call(call, where: str) -> dict:
 
 
 def _text(obj: dict, key: str, where: str, required: bool) -> str:
-    value = obj.get(key)
+    value, name = obj.get(key), f"{where}.{key}" if where else key
     if value is None and not required:
         return ""
+    if value is None:
+        raise bad_request(f"'{name}' is required", name)
     if not isinstance(value, str):
-        raise bad_request(f"{where}.{key} must be a string", f"{where}.{key}")
+        raise bad_request(f"'{name}' must be a string", name)
     return value
 
 

@@ -45,7 +45,7 @@ from localspec.backends.llama_cpp.layout import repack
 from localspec.cpus import available_memory, default_threads
 from localspec.errors import ConfigError, ContextOverflow, ModelError
 from localspec.rows import LiveRows
-from localspec.types import ForwardOut
+from localspec.types import FimTokens, ForwardOut
 
 DEFAULT_CTX = 4096  # where the model does not say its trained context (or the memory cannot be read)
 MIN_DEFAULT_CTX = 2048  # the default context is at least this (or the trained one, if shorter)
@@ -291,6 +291,14 @@ class LlamaCppBackend(Backend):
         self.model_name = self.metadata("general.name") or self.path.name
         self._piece = ctypes.create_string_buffer(256)
         self._pieces: dict[tuple[int, bool], bytes] = {}
+
+    def fim_tokens(self) -> FimTokens | None:
+        """From the model file (its ids, or the markers llama.cpp's vocabulary loader recognised by text)."""
+        lib, v = self._lib, self._vocab
+        roles = {"pre": lib.llama_vocab_fim_pre, "suf": lib.llama_vocab_fim_suf, "mid": lib.llama_vocab_fim_mid,
+                 "rep": lib.llama_vocab_fim_rep, "sep": lib.llama_vocab_fim_sep}  # fmt: skip
+        found = {role: self._special(get(v)) for role, get in roles.items()}
+        return FimTokens(**found) if None not in (found["pre"], found["suf"], found["mid"]) else None
 
     @staticmethod
     def _special(token: int) -> int | None:

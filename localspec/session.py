@@ -25,6 +25,7 @@ from localspec.engine.logprobs import MAX_TOP as MAX_LOGPROBS  # noqa: F401 (the
 from localspec.engine.loop import stream_generate
 from localspec.engine.speclen import AdaptiveK, FixedK, make_policy
 from localspec.engine.stats import TokenEvent
+from localspec.engine.stopping import StopStrings
 from localspec.errors import ConfigError, LocalspecError, ModelError
 from localspec.sampling import SamplingParams
 from localspec.structured.constraint import Constraint, special_token
@@ -62,6 +63,8 @@ class Request:
     seed: int | None = None  # a seed of its own: the same request and seed give the same answer
     logprobs: int | None = None  # the answer tokens' log-probabilities, with this many alternatives each
     grammar: Grammar | None = None  # structured output: what the answer must follow (None: the session's)
+    min_indent: int = 0  # editors' completions: a later line indented less ends the answer (engine/stopping.py)
+    time_limit_s: float | None = None  # ...and past this much decoding, the next newline does
 
     @property
     def sampling(self) -> dict:
@@ -218,7 +221,8 @@ class Session:
         rng = self.rng if request.seed is None else np.random.default_rng(request.seed)
         tokens = request.max_tokens or self.max_tokens
         grammar = request.grammar or self.grammar
-        return self._stream(prompt, sampling, tokens, request.stop, rng, on_prefill, request.logprobs, grammar)
+        stop = StopStrings(self.stop + tuple(request.stop), request.min_indent, request.time_limit_s)
+        return self._stream(prompt, sampling, tokens, stop, rng, on_prefill, request.logprobs, grammar)
 
     def keep_states(self, budget_bytes: int) -> Session:
         """Keep conversation states in RAM up to ``budget_bytes`` (where the backend can save its cache)."""
@@ -241,7 +245,7 @@ class Session:
                 sampling,
                 max_tokens=max_tokens,
                 draft_tokens=self.speclen,
-                stop=self.stop + tuple(stop),
+                stop=stop,
                 rng=rng,
                 on_prefill=on_prefill,
                 plain=self.plain,

@@ -39,7 +39,7 @@ def stream_generate(
     *,
     max_tokens: int = 512,
     draft_tokens: int | str | FixedK | AdaptiveK = 4,
-    stop: Sequence[str] = (),
+    stop: Sequence[str] | StopStrings = (),
     rng: np.random.Generator | None = None,
     on_prefill: Progress = None,
     plain: PlainBaseline | None = None,
@@ -68,7 +68,7 @@ def stream_generate(
     backend.set_batch_invariant(invariant)
     stats.guard_margin, stats.guard_kernels, stats.exact = margin, invariant, exact_guard is not None
     context = list(prompt)
-    detok, stopper = backend.detokenizer(), StopStrings(stop)
+    detok, stopper = backend.detokenizer(), stop if isinstance(stop, StopStrings) else StopStrings(stop)
     need_hidden, need_outputs = drafter.needs.hidden_states, drafter.needs.outputs
     started = time.perf_counter()
     try:
@@ -112,6 +112,8 @@ def stream_generate(
             step.emitted, text, draft_chars, finish = _emit(
                 verdict, context, backend, detok, stopper, max_tokens - stats.generated
             )
+            if finish is None and stopper.out_of_time(text, time.perf_counter() - started):
+                finish, text = "length", text + stopper.feed(detok.flush())[0] + stopper.flush()
             step.accepted = min(verdict.accepted, len(step.emitted))  # what was really emitted of the draft
             if constraint is not None:
                 constraint.commit(step.emitted)

@@ -27,3 +27,42 @@ def test_earliest_of_several_stops_wins():
 
 def test_no_stops_passes_everything():
     assert feed_all(StopStrings(), ["a", "b"]) == ("ab", False)
+
+
+def test_a_dedented_line_after_the_first_ends_the_text_before_it():
+    # the first line is the cursor's own (its indentation is not a line start); blank lines do not count
+    pieces = ["x = 1\n", "    y", " = 2\n\n  ", "  z = 3\n  ", "w = 4\n"]
+    assert feed_all(StopStrings(min_indent=4), pieces) == ("x = 1\n    y = 2\n\n    z = 3\n", True)
+    assert feed_all(StopStrings(min_indent=2), pieces) == ("".join(pieces), False)
+    stopper = StopStrings(min_indent=4)
+    assert stopper.feed("a\n  ") == ("a", False)  # a new line's indentation waits for its first character
+
+
+def test_the_time_limit_ends_at_a_piece_with_a_newline_once_past_it():
+    stopper = StopStrings(time_limit_s=0.5)
+    assert not stopper.out_of_time("abc\n", 0.4) and not stopper.out_of_time("abc", 0.9)
+    assert stopper.out_of_time("c\nd", 0.6) and not StopStrings().out_of_time("\n", 99)
+
+
+def test_generation_with_an_indent_limit_is_the_unlimited_answer_cut_at_its_first_dedented_line():
+    import re
+
+    from support.fakes import ScriptedBackend
+
+    from localspec.drafters.base import NoDrafter
+    from localspec.drafters.ngram import NgramDrafter
+    from localspec.engine.loop import generate
+    from localspec.sampling import SamplingParams
+
+    class Lines(ScriptedBackend):  # token 0 is a newline, 1 two spaces, the others letters
+        def token_bytes(self, token: int) -> bytes:
+            return {0: b"\n", 1: b"  "}.get(token) or super().token_bytes(token)
+
+    greedy, prompt = SamplingParams(temperature=0), [2, 3, 4]
+    full = generate(Lines(vocab_size=8, eog=7, order=2, scale=2.0, seed=5), NoDrafter(), prompt, greedy, max_tokens=120)
+    first = re.search(r"\n[ \t]{0,3}(?=[^ \t\n])", full.text)  # a line after the first, indented less than 4
+    assert first is not None, full.text
+    for drafter in (NoDrafter(), NgramDrafter(1, 4)):
+        backend = Lines(vocab_size=8, eog=7, order=2, scale=2.0, seed=5)
+        cut = generate(backend, drafter, prompt, greedy, max_tokens=120, stop=StopStrings(min_indent=4))
+        assert cut.text == full.text[: first.start() + 1] and cut.finish_reason == "stop"

@@ -9,7 +9,7 @@ docs/serve.md has the table of every field real clients send.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from localspec.apps.server.errors import bad_request
 from localspec.apps.server.tools import ToolError, check_tools
@@ -103,9 +103,10 @@ def parse_completion(body) -> Generation:
 
 
 def parse_infill(body) -> Generation:
-    """llama-server's /infill (llama.vscode, llama.vim, Continue): `input_prefix` and `input_suffix`, the other
-    files in `input_extra` ([{filename, text}]), a `prompt` after the prefix; `n_predict` (or `max_tokens`) and
-    the sampler fields as on /v1/completions."""
+    """llama-server's /infill (llama.vscode, llama.vim): `input_prefix` and `input_suffix`, the other files in
+    `input_extra` ([{filename, text}]), a `prompt` after the prefix; `n_predict` (or `max_tokens`), `n_indent`
+    and `t_max_predict_ms` (where the completion ends: engine/stopping.py) and the sampler fields as on
+    /v1/completions."""
     body = _object(body)
     prefix, suffix = _text(body, "input_prefix", "", True), _text(body, "input_suffix", "", True)
     extra = body.get("input_extra") or []
@@ -124,7 +125,11 @@ def parse_infill(body) -> Generation:
         # llama-server answers it
         body = {**body, "max_tokens": max(predict, 1) if predict >= 0 else None}
     infill = Infill(prefix, suffix, tuple(files), _text(body, "prompt", "", False))
-    return Generation(_model(body), None, None, *_common(body, None), infill=infill, native=True)
+    request, stream, usage = _common(body, None)
+    limit = _number(body, "t_max_predict_ms", int, 0)
+    request = replace(request, min_indent=_number(body, "n_indent", int, 0) or 0,
+                      time_limit_s=limit / 1e3 if limit else None)  # fmt: skip
+    return Generation(_model(body), None, None, request, stream, usage, infill=infill, native=True)
 
 
 def _chat_logprobs(body: dict) -> int | None:

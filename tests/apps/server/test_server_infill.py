@@ -83,6 +83,8 @@ def test_bad_infill_requests_name_the_field_and_a_model_without_fim_tokens_says_
             ({"input_prefix": "a", "input_suffix": "b", "input_extra": "c"}, "input_extra", "must be an array"),
             ({"input_prefix": "a", "input_suffix": "b", "input_extra": [{"filename": "x"}]}, "input_extra[0].text", ""),
             ({"input_prefix": "a", "input_suffix": "b", "n_predict": "8"}, "n_predict", "an integer"),
+            ({"input_prefix": "a", "input_suffix": "b", "n_indent": -1}, "n_indent", "must be in"),
+            ({"input_prefix": "a", "input_suffix": "b", "t_max_predict_ms": 0.5}, "t_max_predict_ms", "an integer"),
         ]
         for body, param, says in cases:
             reply = httpx.post(running.url + "/infill", json=body, timeout=30)

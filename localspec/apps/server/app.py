@@ -15,6 +15,7 @@ import asyncio
 import json
 import sys
 import time
+import traceback
 from dataclasses import replace
 
 from starlette.applications import Starlette
@@ -280,6 +281,9 @@ def _api_error(exc: Exception) -> ApiError:
         return ApiError(400, str(exc), "messages", "context_length_exceeded")
     if isinstance(exc, LocalspecError):
         return ApiError(400, str(exc))
+    # a bug: one line to the client, the whole traceback in the server's log (the exception carries it across
+    # threads), so that it can be diagnosed
+    traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
     return ApiError(500, f"internal error: {exc!r} (please report it)", None, "server_error")
 
 

@@ -190,3 +190,27 @@ def test_a_grammar_past_its_limits_ends_that_request_alone_with_a_clear_error(mo
     finally:
         running.stop()
         worker.stop()
+
+
+def test_an_unexpected_error_is_one_line_to_the_client_and_its_traceback_in_the_servers_log(capfd):
+    def broken():
+        s = session()
+
+        def complete(prompt, request, on_prefill=None):
+            raise KeyError("a bug deep inside")
+            yield  # a generator, as the real one
+
+        s.complete = complete
+        return s
+
+    worker, running = serve(broken, "scripted")
+    try:
+        reply = post(running, "/v1/completions", {"prompt": "ab", "max_tokens": 4})
+        assert reply.status_code == 500 and "a bug deep inside" in reply.json()["error"]["message"]
+        assert "Traceback" not in reply.text
+        log = capfd.readouterr().err
+        assert "Traceback (most recent call last)" in log and "in complete" in log and "KeyError" in log
+        assert httpx.get(running.url + "/v1/models", timeout=30).status_code == 200  # the server goes on
+    finally:
+        running.stop()
+        worker.stop()

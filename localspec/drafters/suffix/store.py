@@ -4,12 +4,14 @@ File format (version 2, little-endian): the magic line, one JSON header line ({"
 one record per answer: an 8-byte id, the token count and the CRC-32 of id + tokens (uint32 each), the int32
 tokens. Saving an answer appends its record under an exclusive lock (a fraction of a millisecond, what a
 server pays per request); the whole file is rewritten atomically only when old answers are evicted (once per
-tenth of the bound) or when it was damaged or of version 1. An append picks up what other chats appended
-meanwhile, so concurrent chats neither corrupt the file nor drop each other's answers.
+tenth of the bound) or when it was damaged or of version 1. Every save picks up what other chats appended
+meanwhile (a rewrite keeps their answers too), so concurrent chats neither corrupt the file nor drop each
+other's answers, whatever the order of saves, appends, evictions and damage.
 
 A damaged file (a torn last record after a crash, flipped bits) keeps its records up to the damage: a copy is
-set aside with a warning and the file is rewritten from what was read. A file of another tokenizer or an
-unreadable header is set aside and the cache starts empty; nothing raises. Files are the user's alone (0600).
+set aside with a warning (beside earlier ones, never over them) and the file is rewritten from what was read.
+A file of another tokenizer or an unreadable header is set aside and the cache starts empty; nothing raises.
+Files are the user's alone (0600).
 Appends are flushed to the operating system, not fsynced: a power loss can lose the latest answers only.
 """
 
@@ -98,6 +100,9 @@ class AnswerStore:
             if not self._same_file():  # another chat rewrote it (or it is gone): read it again
                 self._read()
                 self._rewrite |= bool(self._evict())
+            elif self._rewrite:  # what other chats appended since goes into the rewrite too
+                self._catch_up()
+                self._evict()
             if self._rewrite or self._end == 0:
                 self._write_all()
             else:
@@ -119,6 +124,15 @@ class AnswerStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(self.path.with_suffix(".lock"), mode=PRIVATE):
             yield
+
+    def _catch_up(self) -> None:
+        """Read the answers other chats appended since this process last read or wrote the file (a torn
+        record of a crashed one is left out)."""
+        with open(self.path, "rb") as f:
+            f.seek(self._end)
+            tail = f.read()
+        if tail:
+            self._records(tail, self._end, whole=False)
 
     def _append(self) -> None:
         with open(self.path, "r+b") as f:
@@ -185,8 +199,16 @@ class AnswerStore:
         self.answers = {**found, **{i: a for i, a in self.answers.items() if i not in found}}
         self._rewrite = True  # written back as version 2
 
+    def _aside(self) -> Path:
+        """A free name for a damaged file's copy: a.corrupt, then a.1.corrupt, a.2.corrupt, ..."""
+        aside, n = self.path.with_suffix(".corrupt"), 0
+        while aside.exists():
+            n += 1
+            aside = self.path.with_suffix(f".{n}.corrupt")
+        return aside
+
     def _damaged(self, data: bytes) -> None:
-        aside = self.path.with_suffix(".corrupt")
+        aside = self._aside()
         with contextlib.suppress(OSError):
             shutil.copyfile(self.path, aside)
             os.chmod(aside, PRIVATE)
@@ -194,7 +216,7 @@ class AnswerStore:
         self._rewrite = True
 
     def _discard(self, reason: Exception) -> None:
-        aside = self.path.with_suffix(".corrupt")
+        aside = self._aside()
         self._warn(f"{reason}; it was moved to {aside.name} and the cache starts empty")
         with contextlib.suppress(OSError):
             os.replace(self.path, aside)

@@ -461,3 +461,30 @@ def test_make_drafter_keys_the_cache_by_the_backend_vocabulary(tmp_path):
     a = options.build("suffix", ScriptedBackend(vocab_size=12))
     b = options.build("suffix", ScriptedBackend(vocab_size=13))
     assert a.store.path != b.store.path
+
+
+def test_a_rewrite_keeps_what_another_chat_appended_since(tmp_path):
+    """Chat A saves 9 answers, chat B appends one, A's next save evicts (a whole rewrite): B's answer stays."""
+    path = tmp_path / "a.bin"
+    a = AnswerStore(path, "tok", max_tokens=100)
+    for i in range(9):
+        a.add([i] * 10)
+        a.save()
+    b = AnswerStore(path, "tok", max_tokens=1000)
+    b.add([500] * 10)
+    b.save()  # an append: the file grows, its inode stays
+    a.add([9] * 10)
+    a.add([10] * 10)  # past A's bound: the oldest go, the file is rewritten
+    a.save()
+    kept = [int(x[0]) for x in AnswerStore(path, "tok", max_tokens=1000).answers.values()]
+    assert set(kept[-3:]) == {9, 10, 500} and 0 not in kept
+
+
+def test_each_damaged_file_gets_a_copy_of_its_own(tmp_path, capsys):
+    path = tmp_path / "a.bin"
+    for round_ in range(3):
+        path.write_bytes(b"junk %d" % round_)
+        AnswerStore(path, "tok").save()
+    copies = sorted(p.name for p in tmp_path.glob("*.corrupt"))
+    assert copies == ["a.1.corrupt", "a.2.corrupt", "a.corrupt"]
+    assert {(tmp_path / c).read_bytes() for c in copies} == {b"junk 0", b"junk 1", b"junk 2"}

@@ -135,7 +135,7 @@ DRAFTERS: dict[str, DrafterKind] = {
             "model",
             tuple(dflash.HEADS),
             head=True,
-            cluster=ClusterMethod(None, "DFLASH", 8),
+            cluster=ClusterMethod("dflash", "DFLASH", 8),  # vLLM and SGLang both run DFlash heads
         ),
         DrafterKind(
             "dspark",

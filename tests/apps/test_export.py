@@ -33,6 +33,7 @@ def vllm_config(lines):
         ("mimo-7b-rl", "mtp", "mtp", None),
         ("mimo-7b-rl", "suffix+mtp", "mtp", None),  # a chain: the engine runs its model drafter
         ("vicuna-7b", "medusa", "medusa", "FasterDecoding/medusa-vicuna-7b-v1.3"),
+        ("qwen3-8b", "dflash", "dflash", load_registry().get("qwen3-8b").head("dflash", "torch")),
     ],
 )
 def test_vllm_gets_the_equivalent_method_with_k(model, drafter, method, draft):

@@ -1,0 +1,63 @@
+"""Figures the docs quote, recomputed from the result files they cite: a page that rounds a figure into a claim
+its file does not hold fails here. Each entry: the page, the text it quotes, and that text rebuilt from JSON."""
+
+import json
+from pathlib import Path
+from statistics import mean
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text(encoding="utf-8"))
+
+
+def exact_window_cost() -> str:
+    ratios = load("kernel-costs-qwen2.5-coder-1.5b-2026-12-04.json")["quants"]["Q4_K_M"]["invariant_over_repacked"]
+    wide = [v for n, v in ratios.items() if 33 <= int(n) <= 65]
+    return f"33-65 tokens cost {min(wide):.2f}-{max(wide):.2f}x"
+
+
+def eagle_page_copies() -> str:
+    edit = load("bench-smollm2-135m-llama-eagle3-2026-12-02.json")["by_kind"]["code-edit"]
+    return f"{edit['suffix']['ratio_to_plain']:.2f}× and {edit['ngram']['ratio_to_plain']:.2f}× plain"
+
+
+EIGHT = ("extract-signature", "extract-calls", "extract-docstring", "extract-class", "csv-to-json", "tool-call",
+         "json-mode", "gbnf-steps")  # fmt: skip
+
+
+def structured_lead(temperature: str) -> str:
+    per_case = load("structured-qwen2.5-coder-1.5b-3r-2026-12-07.json")["summary"][temperature]["per_case"]
+    return f"{mean(per_case[c]['default_over_server_best'] for c in EIGHT):.2f}×"
+
+
+def fim_p50() -> str:
+    per = load("fim-qwen2.5-coder-1.5b-t0-2026-12-07.json")["summary"]["per_system"]
+    return f"| localspec default (suffix) | {per['localspec-default']['p50_s']:.2f} s |"
+
+
+def json_layout() -> str:
+    summary = load("json-layout-qwen2.5-coder-1.5b-2026-12-07.json")["summary"]
+    t0, t8 = (summary[t]["free_over_compact_decode_s_mean"] for t in ("0.0", "0.8"))
+    return f"{t0:.2f}× the decode seconds of compact at T = 0 and {t8:.2f}× at T = 0.8"
+
+
+FIGURES = [
+    ("docs/exactness.md", "33-65 tokens cost 1.99-2.42x", exact_window_cost),
+    ("docs/eagle.md", "1.37× and 1.14× plain", eagle_page_copies),
+    ("docs/structured.md", "1.01×", lambda: structured_lead("0.0")),
+    ("docs/structured.md", "0.85×", lambda: structured_lead("0.8")),
+    ("docs/serve.md", "| localspec default (suffix) | 8.62 s |", fim_p50),
+    ("docs/structured.md", "1.45× the decode seconds of compact at T = 0 and 1.20× at T = 0.8", json_layout),
+]
+
+
+@pytest.mark.parametrize("page,quoted,rebuild", FIGURES, ids=[f"{p}:{q[:24]}" for p, q, _ in FIGURES])
+def test_a_quoted_figure_is_what_its_result_file_holds(page, quoted, rebuild):
+    text = " ".join((ROOT / page).read_text(encoding="utf-8").split())  # line breaks as spaces
+    assert quoted in text, f"{page} no longer quotes {quoted!r}: update FIGURES with the page"
+    assert rebuild() == quoted, f"{page} quotes {quoted!r}; its result file says {rebuild()!r}"

@@ -80,10 +80,15 @@ def serve(settings, host: str, port: int, api_key: str | None, cors: bool, cache
     say(f"localspec serve — {worker.session.load_report()}", file=sys.stderr)
     say(
         f"context {worker.session.context_size} tokens · conversation states in RAM up to "
-        f"{kept['bytes'] // 2**20} MiB ({kept['why']})",
+        f"{kept['bytes'] // 2**20} MiB ({kept['why']}) · one request at a time, in arrival order (up to "
+        f"{worker.queue_limit} waiting; more get 503)",
         file=sys.stderr,
     )
-    say(f"OpenAI-compatible API on http://{host}:{port}/v1 (model {settings.model!r})", file=sys.stderr)
+    say(
+        f"OpenAI-compatible API on http://{host}:{port}/v1 (model {settings.model!r}); editors' autocomplete on "
+        f"http://{host}:{port}/infill",
+        file=sys.stderr,
+    )
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:

@@ -61,6 +61,7 @@ def test_sigterm_ends_the_answer_in_flight_and_saves_the_suffix_cache(tmp_path):
     assert "Traceback" not in err, err
     kept = re.search(r"conversation states in RAM up to (\d+) MiB \((.*)\)", err)
     assert kept and int(kept[1]) > 0 and "--cache-ram sets it" in kept[2], err  # sized by default, said how
+    assert "one request at a time, in arrival order" in err and "/infill" in err  # what it serves, and how
     [path] = (tmp_path / "cache" / "suffix").glob("*.bin")
     assert path.stat().st_mode & 0o777 == 0o600
     header = json.loads(path.read_bytes()[len(MAGIC) :].split(b"\n", 1)[0])

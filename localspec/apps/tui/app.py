@@ -564,6 +564,10 @@ class ChatApp(App):
         elif slash.name == "temp":
             self.session.set_temperature(slash.arg)
             await self._note(f"temperature: {slash.arg:g}" + (" (greedy)" if slash.arg == 0 else ""))
+        elif slash.name in ("schema", "grammar"):  # every later answer follows it (drafted grammar+drafter)
+            self.session.grammar = slash.arg
+            what = "free text again" if slash.arg is None else f"every answer follows this {slash.arg.kind}"
+            await self._note(f"/{slash.name}: {what}")
         self._refresh_status()
 
     async def _slash_help(self, arg) -> None:

@@ -15,6 +15,8 @@ Ctrl+Q quits (the chat is saved as you go)
 /k N|auto        tokens drafted per step: fixed, or picked each step
 /temp X          sampling temperature (0 = greedy)
 /exact [on|off]  bit-identical greedy output (slower; llama.cpp reloads the model for it)
+/schema FILE|JSON|off   every answer JSON that follows this schema (off: free text again)
+/grammar FILE|off       every answer in this grammar (GBNF, or Lark starting `start:`)
 /system TEXT     set the system prompt
 /clear           start a new chat
 /save [FILE]     save as Markdown (.md) or JSON (default: the chats folder)
@@ -68,6 +70,25 @@ def _on_off(arg: str) -> bool | None:
     return None if not arg else arg == "on"
 
 
+def _constraint(flag: str):
+    """/schema and /grammar: a compiled Grammar, or None for off (a bad one is a SlashError that says why)."""
+
+    def parse(arg: str):
+        from localspec.errors import ConfigError
+        from localspec.structured.grammar import from_option
+
+        if not arg:
+            raise SlashError(f"/{flag} needs a file{', or the JSON itself,' if flag == 'schema' else ''} or off")
+        if arg == "off":
+            return None
+        try:
+            return from_option(arg, "--json-schema" if flag == "schema" else "--grammar")
+        except ConfigError as exc:
+            raise SlashError(f"/{flag}: {exc}") from None
+
+    return parse
+
+
 def _optional_text(arg: str) -> str | None:
     return arg or None
 
@@ -81,6 +102,8 @@ _ARGUMENTS = {
     "k": _k_arg,
     "temp": _temp_arg,
     "exact": _on_off,
+    "schema": _constraint("schema"),
+    "grammar": _constraint("grammar"),
     "system": _optional_text,
     "save": _optional_text,
     "clear": _no_arg,

@@ -122,6 +122,39 @@ def test_slash_commands(tmp_path):
     asyncio.run(run())
 
 
+def test_schema_and_grammar_commands_hold_every_later_answer(tmp_path):
+    async def run():
+        app = make_app(tmp_path, backend=ScriptedBackend(vocab_size=20, eog=19))  # a grammar's answer must end
+        (tmp_path / "abc.lark").write_text('start: "cab" ("ba" | "ca")\n')
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.session is not None)
+            await send(pilot, app, f"/grammar {tmp_path / 'abc.lark'}")
+            await wait_for(
+                pilot, lambda: any("every answer follows this lark" in text_of(w) for w in app.query(".note"))
+            )
+            for turn in range(2):
+                await send(pilot, app, "abcabc")
+                await wait_for(
+                    pilot, lambda t=turn: len(app.chat.conversation.messages) == 2 * t + 2 and not app.generating
+                )
+                assert app.chat.conversation.messages[-1]["content"] in ("cabba", "cabca")
+            assert "forced" in text_of(app.query_one(StatsPanel))  # the grammar's figures in the panel
+            await send(pilot, app, "/grammar off")
+            await send(pilot, app, '/schema {"type": "strin"}')
+            await send(pilot, app, "/schema nowhere.json")
+            await pilot.pause(0.2)
+            errors = [text_of(w) for w in app.query(".error")]
+            assert any("Invalid type: strin" in e for e in errors) and any("no such file" in e for e in errors)
+            await send(pilot, app, '/schema {"type": "object"}')
+            await pilot.pause(0.1)
+            assert app.session.grammar is not None and app.session.grammar.kind == "json_schema"
+            await send(pilot, app, "/schema off")
+            await pilot.pause(0.1)
+            assert app.session.grammar is None and any("free text again" in text_of(w) for w in app.query(".note"))
+
+    asyncio.run(run())
+
+
 def test_resume_shows_the_saved_chat_and_continues_it(tmp_path, monkeypatch):
     monkeypatch.setenv("LOCALSPEC_DATA", str(tmp_path / "data"))
     chat = SavedChat.new("scripted-model")

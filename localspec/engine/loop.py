@@ -109,11 +109,12 @@ def stream_generate(
             step.features = _accept(backend, context, draft, out, verdict, need_hidden)
             step.verified = time.perf_counter()
             # emit
+            stopper.expire(time.perf_counter() - started)
             step.emitted, text, draft_chars, finish = _emit(
                 verdict, context, backend, detok, stopper, max_tokens - stats.generated
             )
-            if finish is None and stopper.out_of_time(text, time.perf_counter() - started):
-                finish, text = "length", text + stopper.feed(detok.flush())[0] + stopper.flush()
+            if finish == "stop" and stopper.limited:  # an editor's limit (indent, time), not the answer's end
+                finish = "length"
             step.accepted = min(verdict.accepted, len(step.emitted))  # what was really emitted of the draft
             if constraint is not None:
                 constraint.commit(step.emitted)

@@ -34,14 +34,33 @@ def test_a_dedented_line_after_the_first_ends_the_text_before_it():
     pieces = ["x = 1\n", "    y", " = 2\n\n  ", "  z = 3\n  ", "w = 4\n"]
     assert feed_all(StopStrings(min_indent=4), pieces) == ("x = 1\n    y = 2\n\n    z = 3\n", True)
     assert feed_all(StopStrings(min_indent=2), pieces) == ("".join(pieces), False)
+    stopper = StopStrings(["zz"], min_indent=4)
+    assert stopper.feed("a\n    b zz") == ("a\n    b ", True) and not stopper.limited  # a stop string: the end
+    stopper = StopStrings(["zz"], min_indent=4)
+    assert stopper.feed("a\nb zz") == ("a\n", True) and stopper.limited  # the dedent came first: a limit
     stopper = StopStrings(min_indent=4)
     assert stopper.feed("a\n  ") == ("a", False)  # a new line's indentation waits for its first character
 
 
-def test_the_time_limit_ends_at_a_piece_with_a_newline_once_past_it():
+def test_past_the_time_limit_the_text_ends_just_after_its_next_newline():
     stopper = StopStrings(time_limit_s=0.5)
-    assert not stopper.out_of_time("abc\n", 0.4) and not stopper.out_of_time("abc", 0.9)
-    assert stopper.out_of_time("c\nd", 0.6) and not StopStrings().out_of_time("\n", 99)
+    stopper.expire(0.4)
+    assert stopper.feed("ab\ncd") == ("ab\ncd", False)
+    stopper.expire(0.6)
+    assert stopper.feed("ef") == ("ef", False) and not stopper.limited
+    assert stopper.feed("g\nh\n") == ("g\n", True) and stopper.limited  # not the rest of the piece
+    held = StopStrings(min_indent=4, time_limit_s=0.1)
+    assert held.feed("x = 1") == ("x = 1", False)
+    held.expire(1.0)
+    assert held.feed("\n    ") == ("\n", True)  # a newline held for its indentation ends it too
+    unlimited = StopStrings()
+    unlimited.expire(99.0)
+    assert unlimited.feed("a\nb") == ("a\nb", False)
+
+
+def test_blank_lines_with_carriage_returns_do_not_count_as_dedented():
+    pieces = ["x = 1\r\n", "    y = 2\r\n", "\r\n", "    z = 3\r\n", "w\r\n"]
+    assert feed_all(StopStrings(min_indent=4), pieces) == ("x = 1\r\n    y = 2\r\n\r\n    z = 3\r\n", True)
 
 
 def test_generation_with_an_indent_limit_is_the_unlimited_answer_cut_at_its_first_dedented_line():
@@ -65,4 +84,7 @@ def test_generation_with_an_indent_limit_is_the_unlimited_answer_cut_at_its_firs
     for drafter in (NoDrafter(), NgramDrafter(1, 4)):
         backend = Lines(vocab_size=8, eog=7, order=2, scale=2.0, seed=5)
         cut = generate(backend, drafter, prompt, greedy, max_tokens=120, stop=StopStrings(min_indent=4))
-        assert cut.text == full.text[: first.start() + 1] and cut.finish_reason == "stop"
+        assert cut.text == full.text[: first.start() + 1] and cut.finish_reason == "length"  # a limit
+        backend = Lines(vocab_size=8, eog=7, order=2, scale=2.0, seed=5)
+        timed = generate(backend, drafter, prompt, greedy, max_tokens=120, stop=StopStrings(time_limit_s=0.0))
+        assert timed.text == full.text[: full.text.index("\n") + 1] and timed.finish_reason == "length"

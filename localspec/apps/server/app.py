@@ -274,7 +274,7 @@ def _data(obj: dict) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-def _api_error(exc: Exception) -> ApiError:
+def _api_error(exc: Exception, log: bool = True) -> ApiError:
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, ContextOverflow):
@@ -282,13 +282,14 @@ def _api_error(exc: Exception) -> ApiError:
     if isinstance(exc, LocalspecError):
         return ApiError(400, str(exc))
     # a bug: one line to the client, the whole traceback in the server's log (the exception carries it across
-    # threads), so that it can be diagnosed
-    traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    # threads), so that it can be diagnosed; a route's own exceptions uvicorn logs itself (``log`` False)
+    if log:
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
     return ApiError(500, f"internal error: {exc!r} (please report it)", None, "server_error")
 
 
 async def _error_response(request: HttpRequest, exc: Exception) -> Response:
-    error = exc if isinstance(exc, ApiError) else _api_error(exc)
+    error = exc if isinstance(exc, ApiError) else _api_error(exc, log=False)
     headers = {"Retry-After": "1"} if error.status == 503 else None
     return JSONResponse(error.body(), status_code=error.status, headers=headers)
 

@@ -140,7 +140,9 @@ class Worker:
         except BaseException as exc:  # a compiled library's panic (pyo3's PanicException is no Exception)
             if isinstance(exc, KeyboardInterrupt | SystemExit):
                 raise
-            job.send(Piece(done=True, error=RuntimeError(f"{type(exc).__name__}: {exc}")))
+            error = RuntimeError(f"{type(exc).__name__}: {exc}")
+            error.__cause__ = exc  # its traceback goes into the server's log with it
+            job.send(Piece(done=True, error=error))
             return
         finally:
             if events is not None:

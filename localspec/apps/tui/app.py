@@ -385,6 +385,7 @@ class ChatApp(App):
             except LocalspecError as exc:
                 self.post_message(Noted(str(exc), error=True))
                 return
+            new.grammar = session.grammar  # what /schema or /grammar set holds on
             session.close()
             self.session = session = new  # here too: the next job on this thread must not get the closed one
             self.post_message(Loaded(new, quiet=True))

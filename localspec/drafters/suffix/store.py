@@ -55,6 +55,7 @@ class AnswerStore:
         self._end = 0  # the file's length as last read or written (appends start there)
         self._rewrite = False  # the file must be rewritten whole (evicted answers, damage, version 1)
         self._inode = None  # the file read or written (another chat's rewrite replaces it)
+        self._generation = ""  # its header's, new at every rewrite
         if path is not None and path.exists():
             with self._locked():
                 self._read()
@@ -110,11 +111,15 @@ class AnswerStore:
         self._pending, self._rewrite = [], False
 
     def _same_file(self) -> bool:
+        """The file this process last read or wrote, perhaps grown by appends: the same inode, size and header
+        (a rewrite's header carries a fresh ``generation``, so a reused inode number is not taken for it)."""
         try:
             st = self.path.stat()
+            with open(self.path, "rb") as f:
+                head = f.read(len(self._header()))
         except OSError:
             return False
-        return st.st_ino == self._inode and st.st_size >= self._end
+        return st.st_ino == self._inode and st.st_size >= self._end and head == self._header()
 
     # -- file format --------------------------------------------------------------------------------
     @contextmanager
@@ -133,6 +138,9 @@ class AnswerStore:
             tail = f.read()
         if tail:
             self._records(tail, self._end, whole=False)
+            pending = set(self._pending)  # theirs came before this process's unsaved answers: older
+            self.answers = {**{i: a for i, a in self.answers.items() if i not in pending},
+                            **{i: self.answers[i] for i in self._pending if i in self.answers}}  # fmt: skip
 
     def _append(self) -> None:
         with open(self.path, "r+b") as f:
@@ -146,7 +154,8 @@ class AnswerStore:
             self._end = f.tell()
 
     def _header(self) -> bytes:
-        return MAGIC + json.dumps({"version": VERSION, "tokenizer": self.tokenizer}).encode() + b"\n"
+        fields = {"version": VERSION, "tokenizer": self.tokenizer, "generation": self._generation}
+        return MAGIC + json.dumps(fields).encode() + b"\n"
 
     def _read(self) -> None:
         """Merge the file's answers into memory (ours stay, in their order after the file's)."""
@@ -163,6 +172,8 @@ class AnswerStore:
                 raise ValueError("not a localspec suffix cache")
             end = data.index(b"\n", len(MAGIC)) + 1
             header = json.loads(data[len(MAGIC) : end])
+            self._generation = str(header.get("generation", ""))
+            self._rewrite |= "generation" not in header  # an older file: rewritten once with one
             if header.get("tokenizer") != self.tokenizer:
                 raise ValueError("it belongs to another tokenizer")
             if header.get("version") == 1:
@@ -227,6 +238,7 @@ class AnswerStore:
         print(self.warning, file=sys.stderr)
 
     def _write_all(self) -> None:
+        self._generation = secrets.token_hex(8)
         data = self._header() + b"".join(_record(i, a) for i, a in self.answers.items())
         atomic_write(self.path, data)
         self._end, self._inode = len(data), self.path.stat().st_ino

@@ -477,7 +477,7 @@ def test_a_rewrite_keeps_what_another_chat_appended_since(tmp_path):
     a.add([10] * 10)  # past A's bound: the oldest go, the file is rewritten
     a.save()
     kept = [int(x[0]) for x in AnswerStore(path, "tok", max_tokens=1000).answers.values()]
-    assert set(kept[-3:]) == {9, 10, 500} and 0 not in kept
+    assert kept[-3:] == [500, 9, 10] and 0 not in kept  # B's answer, older than A's unsaved two
 
 
 def test_each_damaged_file_gets_a_copy_of_its_own(tmp_path, capsys):
@@ -488,3 +488,18 @@ def test_each_damaged_file_gets_a_copy_of_its_own(tmp_path, capsys):
     copies = sorted(p.name for p in tmp_path.glob("*.corrupt"))
     assert copies == ["a.1.corrupt", "a.2.corrupt", "a.corrupt"]
     assert {(tmp_path / c).read_bytes() for c in copies} == {b"junk 0", b"junk 1", b"junk 2"}
+
+
+def test_a_rewritten_file_is_known_by_its_header_even_where_the_inode_number_comes_back(tmp_path):
+    path = tmp_path / "a.bin"
+    a, b = AnswerStore(path, "tok", max_tokens=100), AnswerStore(path, "tok", max_tokens=100)
+    a.add([1] * 10)
+    a.save()
+    for i in range(12):  # b evicts: a rewrite with a new generation in its header
+        b.add([100 + i] * 10)
+        b.save()
+    a._inode = path.stat().st_ino  # as if the file system had handed the old inode number to the new file
+    a.add([2] * 10)
+    a.save()
+    kept = [int(x[0]) for x in AnswerStore(path, "tok", max_tokens=100).answers.values()]
+    assert kept[-1] == 2 and 111 in kept  # b's newest answer kept, a's appended after it: nothing cut

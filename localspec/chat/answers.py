@@ -1,7 +1,8 @@
 """An answer's parts: reasoning, content and tool calls, read from the model's text whole (parse_answer) or as
 it streams (AnswerSplitter, which gives the same parts however the text is chopped).
 
-Two call formats: "hermes" (Qwen2.5/Qwen3/ChatML: `<tool_call>{"name", "arguments"}</tool_call>` blocks) and
+Two call formats: "hermes" (Qwen2.5/Qwen3/ChatML: `<tool_call>{"name", "arguments"}</tool_call>` blocks, or the
+whole answer such calls in a ```json fence or bare, as Qwen2.5-Coder often writes them) and
 "llama3" (Llama 3.1+: the whole answer is `{"name", "parameters"}` JSON, maybe after `<|python_tag|>`). A leading
 `<think>...</think>` (or the template's own markers) is reasoning. The chat, `run` and the HTTP server all split
 answers here. Stdlib only.
@@ -75,8 +76,8 @@ def parse_answer(
     if tools and fmt == "llama3":
         calls = _llama_calls(rest)
         rest = "" if calls else rest
-    elif tools and rest.lstrip().startswith(FENCE):  # the whole answer a fenced call, or it is content
-        calls = _fenced_calls(rest)
+    elif tools and _held(rest.lstrip()):  # the whole answer fenced or bare calls, or it is content
+        calls = _held_calls(rest)
         rest = "" if calls else rest
     elif tools:
 
@@ -94,8 +95,22 @@ def parse_answer(
     return reasoning, rest, calls
 
 
-def _fenced_calls(text: str) -> list[ToolCall]:
-    """The calls when the whole text is one ```json fence of `{"name", "arguments"}` objects, else []."""
+def _held(head: str) -> bool:
+    """Whether a hermes answer opening with ``head`` is read whole as calls: a ```json fence or a bare
+    `{"name"` object."""
+    return head.startswith(FENCE) or (head[:1] == "{" and head[1:].lstrip().startswith('"name"'))
+
+
+def _may_be_held(head: str) -> bool:
+    """Whether ``head`` may still grow into an opening _held takes (the answer waits to know)."""
+    return FENCE.startswith(head) or (head[:1] == "{" and '"name"'.startswith(head[1:].lstrip()))
+
+
+def _held_calls(text: str) -> list[ToolCall]:
+    """The calls when the whole text is one ```json fence of `{"name", "arguments"}` objects or such objects
+    bare, else []."""
+    if not text.lstrip().startswith(FENCE):
+        return _llama_calls(text)
     match = _FENCED.fullmatch(text.strip())
     return _llama_calls(match.group(1)) if match else []
 
@@ -147,7 +162,7 @@ class AnswerSplitter:
         if self.state == "call":
             self._close_call(self.buf, "")
         elif self.state == "hold":
-            for call in (calls := (_llama_calls if self.llama else _fenced_calls)(self.buf)):
+            for call in (calls := (_llama_calls if self.llama else _held_calls)(self.buf)):
                 self._add(call)
             self._emit("content", "" if calls else self.buf)
         else:
@@ -172,11 +187,12 @@ class AnswerSplitter:
         head = self.buf.lstrip()
         if self.think and head.startswith(self.start_tag):
             self.buf, self.state, self.thought = head[len(self.start_tag) :], "think", True
-        elif (self.llama and head.startswith(("{", PYTHON_TAG))) or (self.hermes and head.startswith(FENCE)):
+        elif (self.llama and head.startswith(("{", PYTHON_TAG))) or (self.hermes and _held(head)):
             self.buf, self.state = head, "hold"
-        elif not head or any(
-            tag.startswith(head)
-            for tag in [self.start_tag] * self.think + [PYTHON_TAG] * self.llama + [FENCE] * self.hermes
+        elif (
+            not head
+            or (self.hermes and _may_be_held(head))
+            or any(tag.startswith(head) for tag in [self.start_tag] * self.think + [PYTHON_TAG] * self.llama)
         ):
             return False
         else:

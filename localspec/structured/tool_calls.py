@@ -129,20 +129,24 @@ def _hermes(spec: ToolSpec, marks: _Markers, rules: list[str]) -> str:
     if spec.required:  # the answer is its calls, from the first token
         rules.append(f'call: {marks(CALL)} "\\n" body "\\n" {close}')
         return "call WS" if spec.one_call else "call (WS call)* WS"
-    # free text never holds the marker as text, nor opens with a ```json fence: the answer parser would read
-    # a call there that nothing checked (a fence is how Qwen2.5-Coder often writes one: it is held as a call)
-    rules.append(f"UNFENCED: TEXT & ~/[ \\t\\n]*{_regex(FENCE)}(?s:.*)/")
+    # free text never holds the marker as text, nor opens with a ```json fence or a bare `{"name"` object: the
+    # answer parser would read a call there that nothing checked (Qwen2.5-Coder often writes a call either way,
+    # bare ones after a tool's result: they are held as calls)
+    rules.append(f'UNFENCED: TEXT & ~/[ \\t\\n]*{_regex(FENCE)}(?s:.*)/ & ~/[ \\t\\n]*\\{{[ \\t\\n]*"name"(?s:.*)/')
     rules.append(f"FREE: UNFENCED & ~/(?s:.*){_regex(CALL)}(?s:.*)/")
     more = "" if spec.one_call else '("\\n" body)*'
     rules.append(f'fenced: {json.dumps(FENCE)} "\\n" body {more} "\\n```" WS')
+    # a bare call opens the answer (white space before it would be lexed as free text, which may not go on
+    # into a call: such an opening is refused)
+    rules.append(f"bare: body {more} WS")
     opened = marks.token(CALL)
     if opened is not None:  # the special token opens a call
         rules.append(f'call: {opened} "\\n" body "\\n" {close} FREE')
-        return "(FREE call? | fenced)" if spec.one_call else "(FREE call* | fenced)"
+        return "(FREE call? | fenced | bare)" if spec.one_call else "(FREE call* | fenced | bare)"
     # a text marker: free text up to its first occurrence (lazy: the lexer would not give a greedy lexeme
     # back), then the call; after the last call, free text again
     rules += [f"opened[lazy]: UNFENCED {json.dumps(CALL)}", f'call: opened "\\n" body "\\n" {close}']
-    return "(call? FREE | fenced)" if spec.one_call else "(call* FREE | fenced)"
+    return "(call? FREE | fenced | bare)" if spec.one_call else "(call* FREE | fenced | bare)"
 
 
 def _llama3(spec: ToolSpec, marks: _Markers, rules: list[str]) -> str:

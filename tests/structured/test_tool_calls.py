@@ -132,6 +132,21 @@ def test_a_fenced_call_is_held_like_a_tool_call_block(markers):
     assert not allowed(grammar(one_call=True, markers=markers), f"```json\n{GOOD}\n{GOOD}\n```", markers)
 
 
+@pytest.mark.parametrize("markers", [True, False])
+def test_a_bare_call_object_is_held_like_a_tool_call_block(markers):
+    """After a tool's result Qwen2.5-Coder may answer a call as a bare JSON object, read back as a call: it
+    must be a checked one, and other JSON stays prose."""
+    g = grammar(markers=markers)
+    assert allowed(g, GOOD, markers)
+    assert allowed(g, f"{GOOD}\n{GOOD}\n", markers)
+    assert not allowed(g, f"\n{GOOD}", markers), "opening the answer only: never an unchecked call"
+    assert not allowed(g, '{"name": "rm", "arguments": {}}', markers)
+    assert not allowed(g, '{ "name": "get_weather", "arguments": {"city": "Paris"}}', markers), "compact only"
+    assert allowed(g, '{"city": "Paris"} is JSON', markers), "other JSON is prose"
+    assert allowed(g, "{ plain braces }", markers)
+    assert not allowed(grammar(one_call=True, markers=markers), f"{GOOD}\n{GOOD}", markers)
+
+
 def test_one_call_at_most_without_parallel_calls():
     call = f"<tool_call>\n{GOOD}\n</tool_call>"
     for markers in (True, False):

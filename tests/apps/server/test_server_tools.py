@@ -190,6 +190,13 @@ TEXTS = [
     ("```json\n[1, 2]\n```", {}),
     ("```python\nprint(1)\n```", {}),
     ("``` not json", {}),
+    # a bare `{"name"` object (Qwen2.5-Coder after a tool's result) is a call; other JSON is content
+    ('{"name": "get_current_timestamp", "arguments": {}}', {}),
+    ('\n{ "name": "a", "arguments": {"x": 1}}\n{"name": "b", "arguments": {}}\n', {}),
+    ('{"name": "Bob", "age": 3}', {}),
+    ('{"city": "Paris"}', {}),
+    ('{"na', {}),
+    ("{ plain braces }", {}),
 ]
 
 
@@ -210,6 +217,19 @@ def test_a_fenced_json_answer_is_a_call_only_with_tools():
     assert parse_answer(text, "hermes", tools=False) == (None, text, [])
     s = AnswerSplitter("hermes", tools=True)
     assert s.push("```python\nx = 1") == [{"content": "```python\nx = 1"}]  # code streams as it comes
+
+
+def test_a_bare_call_object_is_a_call_and_other_json_streams_as_content():
+    text = '{"name": "get_current_timestamp", "arguments": {}}'
+    assert names_args(parse_answer(text, "hermes", tools=True)[2]) == [("get_current_timestamp", {})]
+    assert parse_answer(text, "hermes", tools=False) == (None, text, [])
+    s = AnswerSplitter("hermes", tools=True)
+    assert s.push('{"na') == [], "may still open a call: held"
+    assert s.push("me") == [] and s.push('": "get_time", "arguments": {}}') == []
+    [delta] = s.finish()
+    assert delta["tool_calls"][0]["function"] == {"name": "get_time", "arguments": "{}"}
+    s = AnswerSplitter("hermes", tools=True)
+    assert s.push('{"city"') == [{"content": '{"city"'}], "JSON that is no call streams as it comes"
 
 
 def test_no_partial_tag_leaks():

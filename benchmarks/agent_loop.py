@@ -234,9 +234,11 @@ def start_systems(
     stack: ExitStack,
     errors: dict,
     server_batch: int = 512,
+    n_parallel: int = 1,
 ) -> dict:
     """Every system ({name: (family, localspec serve flags | llama-server spec type)}) started and entered into
-    ``stack``, all with ``args.ctx`` and ``args.threads`` (llama-server with ``server_batch`` as -b and -ub); a
+    ``stack``, all with ``args.ctx`` and ``args.threads`` (llama-server with ``server_batch`` as -b and -ub and
+    ``n_parallel`` slots of ``args.ctx`` each); a
     system that is skipped or fails to start is said in ``errors``."""
     procs = {}
     for system, (family, how) in systems.items():
@@ -246,7 +248,7 @@ def start_systems(
             continue
         kw = {"n_ctx": args.ctx, "threads": args.threads, "log_path": tmp / f"{system}.log"}
         if family == "server":
-            proc = LlamaServer(binary, model, how, n_batch=server_batch, **kw)
+            proc = LlamaServer(binary, model, how, n_batch=server_batch, n_parallel=n_parallel, **kw)
         else:
             proc = LocalspecServer(model, how, own_cache(tmp / f"{system}-cache"), **kw)
         try:

@@ -2,7 +2,7 @@
 client installed by this script in a virtual environment of its own (venvs.py), every request body they send
 recorded through a proxy (capture.py) for the contract tests.
 
-    .venv/bin/python benchmarks/clients/run.py [--clients aider,llm,litellm,webui] [--model PATH.gguf]
+    .venv/bin/python benchmarks/clients/run.py [--clients aider,llm,litellm,webui,webui-tools] [--model PATH.gguf]
         [--repeats 3] [--formats whole,diff] [--systems localspec,llama-server,...]
         [--llama-server PATH] [--out OUT.json] [--bodies DIR]
 
@@ -10,9 +10,11 @@ aider: the same scripted task (aider_task.py) through localspec (default setting
 and llama-server (`--spec-type ngram-mod`), `--repeats` times per edit format, interleaved (the order rotating),
 each run on freshly started servers: a user's first task, nothing learned from an earlier run (localspec's suffix
 cache starts empty; llama-server's n-gram pool and prompt cache too). llm, LiteLLM and the web UI run against
-one localspec server. The JSON has each client's version, what worked, the timings and the servers' own figures;
-the request bodies sent to localspec go to ``--bodies`` (tests/apps/server/clients/, one JSONL per client and
-version, one body per distinct shape), which the contract tests replay.
+one localspec server; webui-tools asks Open WebUI (which offers its built-in tools natively) for the date and
+time in 5 new chats: the model must call its timestamp tool and the answer carry the result. The JSON has each
+client's version, what worked, the timings and the servers' own figures; the request bodies sent to localspec
+go to ``--bodies`` (tests/apps/server/clients/, one JSONL per client and version, one body per distinct shape),
+which the contract tests replay.
 """
 
 from __future__ import annotations
@@ -139,7 +141,7 @@ def main() -> int:
     args.formats, args.systems = args.formats.split(","), args.systems.split(",")
     if set(args.systems) - set(SYSTEMS):
         ap.error(f"--systems: choose from {', '.join(SYSTEMS)}")
-    clients = args.clients.split(",")
+    clients, out = args.clients.split(","), Path(args.out).resolve()
     work = Path(tempfile.mkdtemp(prefix="localspec-clients-"))
     report = {
         "model": args.model,
@@ -168,15 +170,15 @@ def main() -> int:
             report["clients"]["litellm"] = (
                 json.loads(done.stdout) if done.returncode == 0 else {"ok": False, "error": done.stderr[-2000:]}
             )
-        if "webui" in clients:
-            report["clients"]["webui"] = webui(work, front)
+        for name in [c for c in clients if c in ("webui", "webui-tools")]:
+            report["clients"][name] = webui(work, front, "tools" if name == "webui-tools" else "chat")
             kept = []
-            for shot in map(Path, report["clients"]["webui"].get("screenshots", [])):  # next to the JSON
-                kept.append(Path(args.out).with_name(f"{Path(args.out).stem}-{shot.name}"))
+            for shot in map(Path, report["clients"][name].get("screenshots", [])):  # next to the JSON
+                kept.append(out.with_name(f"{out.stem}-{shot.name}"))
                 shutil.copy(shot, kept[-1])
-            report["clients"]["webui"]["screenshots"] = [str(k.relative_to(ROOT)) for k in kept]
+            report["clients"][name]["screenshots"] = [str(k.relative_to(ROOT)) for k in kept]
     save_bodies([r for r in captured if r.get("system") == "localspec"], Path(args.bodies))
-    Path(args.out).write_text(json.dumps(report, indent=1))
+    out.write_text(json.dumps(report, indent=1))
     print(json.dumps({k: v.get("summary", v.get("ok")) for k, v in report["clients"].items()}, indent=1))
     return 0
 
@@ -221,11 +223,11 @@ def save_bodies(requests: list[dict], folder: Path) -> None:
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in mine))
 
 
-def webui(work: Path, front: Capture) -> dict:
+def webui(work: Path, front: Capture, mode: str = "chat") -> dict:
     """Open WebUI pointed at the proxy, driven by the Playwright script in a venv of its own."""
     import webui_run
 
-    return webui_run.run(work, front, MODEL_NAME)
+    return webui_run.run(work, front, MODEL_NAME, mode)
 
 
 if __name__ == "__main__":

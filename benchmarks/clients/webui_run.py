@@ -33,7 +33,8 @@ def _wait(url: str, timeout: float) -> bool:
     return False
 
 
-def run(work: Path, front, model: str) -> dict:
+def run(work: Path, front, model: str, mode: str = "chat") -> dict:
+    """``mode``: "chat" (two turns of a coding chat) or "tools" (webui.py's tool question in 5 new chats)."""
     if not Path(CHROMIUM).exists():
         return {"ok": False, "error": f"no {CHROMIUM}: apt-get install chromium"}
     app = venvs.client_env("open-webui", REQUIREMENT)
@@ -71,6 +72,7 @@ def run(work: Path, front, model: str) -> dict:
                 f"http://127.0.0.1:{port}",
                 model,
                 str(work / "screenshots"),
+                mode,
             ],
             capture_output=True,
             text=True,

@@ -114,6 +114,7 @@ class LlamaServer:
         n_batch: int = 512,
         gpu_layers: int = 0,
         draft_model: Path | None = None,
+        n_parallel: int = 1,
         start_timeout: float = 300.0,
         request_timeout: float = 1800.0,
     ) -> None:
@@ -123,7 +124,7 @@ class LlamaServer:
             raise PeerError(f"server:{spec_type} needs a draft model or head (-md FILE.gguf)")
         self.binary, self.model, self.spec_type, self.log_path = Path(binary), Path(model), spec_type, Path(log_path)
         self.n_ctx, self.threads, self.n_batch, self.gpu_layers = n_ctx, threads, n_batch, gpu_layers
-        self.draft_model = draft_model
+        self.draft_model, self.n_parallel = draft_model, n_parallel
         self.start_timeout, self.request_timeout = start_timeout, request_timeout
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
@@ -135,7 +136,7 @@ class LlamaServer:
             "-m",
             str(self.model),
             "-c",
-            str(self.n_ctx),
+            str(self.n_ctx * self.n_parallel),  # n_ctx for each slot
             "-t",
             str(self.threads),
             "-tb",
@@ -147,7 +148,7 @@ class LlamaServer:
             "-ngl",
             ngl,
             "-np",
-            "1",  # one slot: the whole context serves the one request, as in localspec
+            str(self.n_parallel),  # 1: the whole context serves the one request, as in localspec
             "--host",
             "127.0.0.1",
             "--port",

@@ -11,7 +11,7 @@ import pytest
 from support.cli import assert_one_line_error, run_cli
 from support.fakes import ScriptedBackend
 
-from localspec.bench.peer import PeerError, ServerConfig, find_llama_server
+from localspec.bench.peer import LlamaServer, PeerError, ServerConfig, find_llama_server
 from localspec.bench.run import format_tables, plot, run_bench
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.table import DrafterSetup
@@ -357,3 +357,15 @@ def test_the_servers_mtp_and_mixed_types_are_skipped_with_a_note_where_they_cann
     assert report["methods"] == ["none", "suffix", "server:plain"]
     assert any("server:draft-mtp skipped" in n and "no MTP layers" in n for n in report["notes"])
     assert any("server:ngram-mod+draft-simple skipped" in n for n in report["notes"])
+
+
+def test_n_parallel_slots_each_get_the_context(tmp_path):
+    """benchmarks/concurrency.py's llama-server: N slots (-np) of n_ctx tokens each (-c is their sum)."""
+    server = LlamaServer(Path("llama-server"), Path("m.gguf"), "plain", n_ctx=4096, threads=2, log_path=tmp_path / "l")
+    flags = dict(zip(argv := server.argv(1), argv[1:], strict=False))
+    assert flags["-np"] == "1" and flags["-c"] == "4096"
+    server = LlamaServer(
+        Path("llama-server"), Path("m.gguf"), "ngram-mod", n_ctx=4096, threads=2, log_path=tmp_path / "l", n_parallel=4
+    )
+    flags = dict(zip(argv := server.argv(1), argv[1:], strict=False))
+    assert flags["-np"] == "4" and flags["-c"] == "16384" and flags["--spec-type"] == "ngram-mod"

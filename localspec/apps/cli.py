@@ -265,11 +265,19 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="MIB",
         help=f"RAM for saved conversation states, so that clients taking turns prefill only new tokens "
-        f"(default: {CACHE_RAM_SHARE:.0%} of the memory free after loading, at most {CACHE_RAM_MIB}; "
+        f"(default: {CACHE_RAM_SHARE * 100:.0f}%% of the memory free after loading, at most {CACHE_RAM_MIB}; "
         f"0: keep only the live one)",
     )
     serve.add_argument(
         "--no-persist", action="store_true", help="keep served content off disk (the suffix cache is read, not written)"
+    )
+    serve.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="answer N requests at once, their steps batched together; the context is split N ways (llama.cpp; "
+        "default 1: one at a time, with conversation states in RAM)",
     )
 
     chat = sub.add_parser("chat", parents=[common], help="multi-turn chat")

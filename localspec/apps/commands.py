@@ -498,4 +498,4 @@ def serve_command(args) -> int:
     if args.no_persist:
         settings = replace(settings, drafters=settings.drafters.with_options("suffix", persist=False))
     cache_ram = None if args.cache_ram is None else args.cache_ram * 2**20
-    return serve(settings, args.host, args.port, args.api_key, args.cors, cache_ram)
+    return serve(settings, args.host, args.port, args.api_key, args.cors, cache_ram, parallel=args.parallel)

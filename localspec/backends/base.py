@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.backends.chat_template import render_chat
+from localspec.errors import ConfigError
 from localspec.types import FimTokens, ForwardOut
 
 # the texts code models give their fill-in-the-middle markers, prefix first (Qwen2.5-Coder, StarCoder, Granite,
@@ -274,6 +275,13 @@ class Backend:
 
     def memory_bytes(self) -> int:
         return 0
+
+    def slots(self, count: int) -> tuple[list[Backend], Callable[[], list]]:
+        """``count`` caches of this model whose forward passes run together (`serve --parallel`): the slots,
+        each a Backend of its own, and the function that runs every slot's pending pass in one batch and
+        returns the greenlets to resume (backends/llama_cpp/slots.py). Raises ConfigError where the backend
+        runs one sequence at a time."""
+        raise ConfigError(f"the {self.name} backend answers one request at a time; leave --parallel at 1")
 
     def close(self) -> None:
         pass

@@ -322,3 +322,18 @@ def test_a_recommended_drafter_the_model_cannot_run_gives_way_and_a_named_one_is
     assert "suffix+mtp cannot run here" in ran.stderr and "no MTP layers" in ran.stderr
     assert json.loads(ran.stdout)["stats"]["method"] == "suffix"
     assert_one_line_error(run_cli("run", "--model", "mine", "--drafter", "mtp", "Hi", env=env), "no MTP layers")
+
+
+def test_every_commands_help_prints(capsys):
+    """`localspec COMMAND --help` for every command (a stray % in a help text broke serve's)."""
+    import argparse
+
+    from localspec.apps.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name in commands:
+        with pytest.raises(SystemExit) as done:
+            parser.parse_args([name, "--help"])
+        assert done.value.code == 0, name
+        assert f"usage: localspec {name}" in capsys.readouterr().out

@@ -10,6 +10,7 @@ import sys
 
 from localspec.apps.server.app import Server, create_app
 from localspec.apps.server.metrics import Metrics
+from localspec.apps.server.slots import SlotWorker
 from localspec.apps.server.worker import QUEUE_LIMIT, Worker
 from localspec.config import CACHE_RAM_MIB, CACHE_RAM_SHARE
 from localspec.cpus import available_memory
@@ -53,16 +54,28 @@ def cache_ram_for(asked: int | None, free: int | None) -> tuple[int, str]:
     return share, f"{CACHE_RAM_SHARE:.0%} of the {free // 2**20} MiB free after loading; --cache-ram sets it"
 
 
-def build(open_session, model: str, api_key: str | None, loopback: bool, cors: bool, queue_limit=QUEUE_LIMIT, log=None):
+def build(
+    open_session, model: str, api_key: str | None, loopback: bool, cors: bool, queue_limit=QUEUE_LIMIT, log=None,
+    parallel: int = 1,
+):  # fmt: skip
     """The engine thread (started: the model is loaded) and the ASGI app over it; ``log`` takes the server's
-    notices (default: stderr)."""
-    worker = Worker(open_session, Metrics(), queue_limit)
+    notices (default: stderr); ``parallel``: requests answered at once (apps/server/slots.py)."""
+    if parallel < 1:
+        raise ConfigError(f"--parallel must be at least 1, got {parallel}")
+    worker = (
+        Worker(open_session, Metrics(), queue_limit)
+        if parallel == 1
+        else SlotWorker(open_session, Metrics(), queue_limit, parallel)
+    )
     worker.start()
     return worker, create_app(Server(worker, model, api_key, loopback, log), cors)
 
 
-def serve(settings, host: str, port: int, api_key: str | None, cors: bool, cache_ram: int | None, say=print) -> int:
-    """``cache_ram``: bytes for saved conversation states, None: sized from free memory (``cache_ram_for``)."""
+def serve(
+    settings, host: str, port: int, api_key: str | None, cors: bool, cache_ram: int | None, say=print, parallel=1
+) -> int:
+    """``cache_ram``: bytes for saved conversation states, None: sized from free memory (``cache_ram_for``);
+    ``parallel``: requests answered at once."""
     import uvicorn
 
     loopback = is_loopback(host)
@@ -73,17 +86,28 @@ def serve(settings, host: str, port: int, api_key: str | None, cors: bool, cache
 
     def open_session() -> Session:
         session = Session.open(settings)  # sized after loading: what the weights and cache leave free
+        if parallel > 1:
+            return session
         kept["bytes"], kept["why"] = cache_ram_for(cache_ram, available_memory())
         return session.keep_states(kept["bytes"])
 
-    worker, app = build(open_session, settings.model, api_key, loopback, cors)
+    worker, app = build(open_session, settings.model, api_key, loopback, cors, parallel=parallel)
     say(f"localspec serve — {worker.session.load_report()}", file=sys.stderr)
-    say(
-        f"context {worker.session.context_size} tokens · conversation states in RAM up to "
-        f"{kept['bytes'] // 2**20} MiB ({kept['why']}) · one request at a time, in arrival order (up to "
-        f"{worker.queue_limit} waiting; more get 503)",
-        file=sys.stderr,
-    )
+    if parallel > 1:
+        say(
+            f"{parallel} requests at once, their steps batched together (--parallel), each in "
+            f"{worker.slots[0].context_size} tokens of the {worker.session.context_size}-token context · each slot "
+            f"keeps its last conversation, no states in RAM · more wait in arrival order (up to "
+            f"{worker.queue_limit}; more get 503)",
+            file=sys.stderr,
+        )
+    else:
+        say(
+            f"context {worker.session.context_size} tokens · conversation states in RAM up to "
+            f"{kept['bytes'] // 2**20} MiB ({kept['why']}) · one request at a time, in arrival order (up to "
+            f"{worker.queue_limit} waiting; more get 503; --parallel N answers several at once)",
+            file=sys.stderr,
+        )
     say(
         f"OpenAI-compatible API on http://{host}:{port}/v1 (model {settings.model!r}); editors' autocomplete on "
         f"http://{host}:{port}/infill",

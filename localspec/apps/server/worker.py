@@ -111,26 +111,30 @@ class Worker:
         self._loaded.set()
         try:
             while (job := self._jobs.get()) is not None:
-                with self._lock:
-                    self._waiting -= 1
-                    self.metrics.queued(self._waiting)
-                if job.cancelled.is_set():  # its client left while it waited
+                if not self._take(job):
                     continue
                 self._running.add(job)
                 try:
-                    self._generate(job)
+                    self._generate(job, self.session)
                 finally:
                     self._running.discard(job)
         finally:
             self.session.close()
 
-    def _generate(self, job: Job) -> None:
+    def _take(self, job: Job) -> bool:
+        """A job leaves the queue: whether it is still wanted (its client may have left while it waited)."""
+        with self._lock:
+            self._waiting -= 1
+            self.metrics.queued(self._waiting)
+        return not job.cancelled.is_set()
+
+    def _generate(self, job: Job, session: Session) -> None:
         events, last = None, None
         try:
-            events = job.work(self.session)
+            events = job.work(session)
             for event in events:
                 last = event
-                scores = None if event.logprobs is None else token_logprobs(event.logprobs, self.session)
+                scores = None if event.logprobs is None else token_logprobs(event.logprobs, session)
                 job.send(Piece(event.text, len(event.tokens), logprobs=scores))
                 if job.cancelled.is_set():
                     break
@@ -148,7 +152,7 @@ class Worker:
             if events is not None:
                 events.close()  # rolls the cache back when the client left early
         record = last.stats.to_dict() if last is not None else {}
-        record["drafter_name"] = record.get("method") or self.session.drafter.name  # grammar+suffix under a grammar
+        record["drafter_name"] = record.get("method") or session.drafter.name  # grammar+suffix under a grammar
         finish = "cancelled" if job.cancelled.is_set() else (last.finish_reason if last else "length")
         self.metrics.answered(record, time.perf_counter() - job.queued_at)
         job.send(Piece(done=True, finish=finish, record=record))

@@ -30,6 +30,7 @@ from localspec.backends.llama_cpp.capi import (
     avoid_amx_buffers,
     check_gguf,
     clear_log,
+    fill_batch,
     free,
     gpu_layers,
     gpu_placement,
@@ -92,7 +93,8 @@ class LlamaCppBackend(Backend):
         self._decoded_from = 0  # the cache length before the last decode call (recurrent rollback)
         self._invariant = False
         self._held: LiveRows | None = None  # logits handed out in place (forward), until the next decode
-        self._branches = 0  # leaf sequences of the tree being verified (1..n)
+        self._branches = 0  # leaf sequences of the tree being verified (_branch0 .. _branch0 + n - 1)
+        self._seq, self._branch0 = 0, 1  # the cache's sequence and its trees' first leaf sequence (slots.py)
         self._tree = None  # (start, leaf sequence of each row, row tokens, batch order) until accept_path
         mparams = self._model_params(n_gpu_layers, vocab_only, extra_buffers, batch_invariant, on_load)
         clear_log()
@@ -374,7 +376,7 @@ class LlamaCppBackend(Backend):
         # it accepts a cut to (or past) that call's start but leaves a wrong state (measured on qwen35), so
         # such a cut is treated as one it refuses
         before_last = self.recurrent and keep < len(self._tokens) and keep <= self._decoded_from
-        if before_last or not self._lib.llama_memory_seq_rm(self._mem, 0, keep, -1):
+        if before_last or not self._lib.llama_memory_seq_rm(self._mem, self._seq, keep, -1):
             # llama.cpp cannot cut this recurrent state back so far (past its snapshots, or it has none):
             # back to the state saved at the window's start, else to the start, and the kept positions again
             start, restored = self._restore_checkpoint(keep)
@@ -409,10 +411,10 @@ class LlamaCppBackend(Backend):
         points = [p for p in (self._checkpoint, self._turn_point) if p is not None and p.position is not None]
         for point in sorted(points, key=lambda p: -p.position):
             start = point.position
-            if point.restore() and self._lib.llama_memory_seq_rm(self._mem, 0, start, -1):
+            if point.restore() and self._lib.llama_memory_seq_rm(self._mem, self._seq, start, -1):
                 return start, True
             point.drop()
-        self._lib.llama_memory_seq_rm(self._mem, 0, -1, -1)
+        self._lib.llama_memory_seq_rm(self._mem, self._seq, -1, -1)
         return 0, False
 
     def _drop_points_past(self, keep: int) -> None:
@@ -471,9 +473,12 @@ class LlamaCppBackend(Backend):
     def _live_logits(self, n: int) -> LiveRows:
         """The last decode's ``n`` rows of logits where llama.cpp keeps them, copied only if still held at the
         next decode (rows.py)."""
-        ptr = self._lib.llama_get_logits(self._ctx)
-        self._held = LiveRows(np.ctypeslib.as_array(ptr, shape=(n, self.vocab_size)))
+        self._held = LiveRows(self._logits(n))
         return self._held
+
+    def _logits(self, n: int) -> np.ndarray:
+        """The last decode's ``n`` rows of logits, in place in llama.cpp's buffer."""
+        return np.ctypeslib.as_array(self._lib.llama_get_logits(self._ctx), shape=(n, self.vocab_size))
 
     def _let_go_of_rows(self) -> None:
         """Rows handed out in place copy themselves before llama.cpp's buffer changes or goes away."""
@@ -551,16 +556,16 @@ class LlamaCppBackend(Backend):
                 f"a tree with {len(leaves)} leaves is more than this context verifies ({self.max_branches})"
             )
         seqs: list[list[int]] = [[] for _ in range(n)]
-        for branch, leaf in enumerate(leaves, start=1):
+        for branch, leaf in enumerate(leaves, start=self._branch0):
             row = leaf
             while row >= 0:
                 seqs[row].append(branch)
                 row = up[row]
-        seqs[0].append(0)
+        seqs[0].append(self._seq)
         order = _chain_first(up)  # batch order: row 0, the first-child chain, the other rows
         self._drop_branches()
-        for branch in range(1, len(leaves) + 1):
-            self._lib.llama_memory_seq_cp(self._mem, 0, branch, -1, -1)
+        for branch in range(self._branch0, self._branch0 + len(leaves)):
+            self._lib.llama_memory_seq_cp(self._mem, self._seq, branch, -1, -1)
         self._branches = len(leaves)
         self._decode(
             [tokens[r] for r in order],
@@ -569,8 +574,7 @@ class LlamaCppBackend(Backend):
             seqs=[seqs[r] for r in order],
         )
         self._tree = (start, [row_seqs[0] for row_seqs in seqs], list(tokens), order)
-        ptr = self._lib.llama_get_logits(self._ctx)
-        rows = np.ctypeslib.as_array(ptr, shape=(n, self.vocab_size))
+        rows = self._logits(n)
         out = np.empty_like(rows)
         out[order] = rows
         hidden = None
@@ -583,7 +587,9 @@ class LlamaCppBackend(Backend):
         start, branch_of, tokens, order = self._tree
         kept = [tokens[0]] + [tokens[i + 1] for i in path]
         if path:  # the branch of the path's last node holds one node per position: the path's cells
-            self._lib.llama_memory_seq_cp(self._mem, branch_of[path[-1] + 1], 0, start + 1, start + 1 + len(path))
+            self._lib.llama_memory_seq_cp(
+                self._mem, branch_of[path[-1] + 1], self._seq, start + 1, start + 1 + len(path)
+            )
         self._drop_branches()
         self._tokens[start:] = kept
         if [order.index(i + 1) for i in path] != list(range(1, len(path) + 1)):  # cells after a hole
@@ -592,35 +598,23 @@ class LlamaCppBackend(Backend):
 
     def _drop_branches(self) -> None:
         """Remove the leaf sequences of a tree (the cells no other sequence holds go with them)."""
-        for branch in range(1, self._branches + 1):
+        for branch in range(self._branch0, self._branch0 + self._branches):
             self._lib.llama_memory_seq_rm(self._mem, branch, -1, -1)
         self._branches, self._tree = 0, None
 
     def _decode(self, tokens: Sequence[int], logits: bool, positions=None, seqs=None) -> None:
-        """Append ``tokens`` to sequence 0 at the next positions, or (a tree) at ``positions`` with the
-        sequence sets ``seqs``, the set's first sequence deciding what a token sees."""
+        """Append ``tokens`` to this cache's sequence at the next positions, or (a tree) at ``positions`` with
+        the sequence sets ``seqs``, the set's first sequence deciding what a token sees."""
         if not self._ctx:
             raise ModelError(f"{self.path.name} was closed; load the model again")
         start = len(self._tokens)
         if start + len(tokens) > self.n_ctx:
             raise ContextOverflow(f"the context is full ({self.n_ctx} tokens); start a new chat or raise --ctx")
-        self._let_go_of_rows()  # the last rows handed out are overwritten now: they keep a copy
-        if self._reference is not None:  # prefills keep the fast kernels; plain and speculative prefill alike
-            self._reference.set(logits and self._invariant)
-        batch = self._batch
-        batch.n_tokens = len(tokens)
-        for i, token in enumerate(tokens):
-            batch.token[i] = token
-            batch.pos[i] = start + i if positions is None else positions[i]
-            batch.logits[i] = logits
-            ids = (0,) if seqs is None else seqs[i]
-            batch.n_seq_id[i] = len(ids)
-            for j, seq in enumerate(ids):
-                batch.seq_id[i][j] = seq
-        ret = self._lib.llama_decode(self._ctx, batch)
+        positions = range(start, start + len(tokens)) if positions is None else positions
+        ret = self._run(tokens, logits, positions, [(self._seq,)] * len(tokens) if seqs is None else seqs)
         self._decoded_from = start
         if ret != 0:
-            self._lib.llama_memory_seq_rm(self._mem, 0, start, -1)
+            self._lib.llama_memory_seq_rm(self._mem, self._seq, start, -1)
             self._drop_branches()
             if ret == 1:
                 raise ContextOverflow(
@@ -628,6 +622,20 @@ class LlamaCppBackend(Backend):
                 )
             raise ModelError(f"llama_decode failed with code {ret}: {last_error()}")
         self._tokens.extend(int(t) for t in tokens)
+
+    def _run(self, tokens: Sequence[int], logits: bool, positions: Sequence[int], seqs) -> int:
+        """One llama_decode of these tokens (a slot hands them to the batch of every slot's instead); its
+        return code."""
+        self._let_go_of_rows()  # the last rows handed out are overwritten now: they keep a copy
+        if self._reference is not None:  # prefills keep the fast kernels; plain and speculative prefill alike
+            self._reference.set(logits and self._invariant)
+        fill_batch(self._batch, [(tokens, logits, positions, seqs)])
+        return self._lib.llama_decode(self._ctx, self._batch)
+
+    def slots(self, count: int):
+        from localspec.backends.llama_cpp.slots import open_slots  # noqa: PLC0415 - it builds on this class
+
+        return open_slots(self, count)
 
     # -- resources ------------------------------------------------------------------------------------
     def build_id(self) -> str:

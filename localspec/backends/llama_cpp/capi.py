@@ -136,3 +136,16 @@ def set_seq_state(lib, ctx, state) -> bool:
     """Put a seq_state back into sequence 0; False when llama.cpp refuses it."""
     buffer = state if isinstance(state, ctypes.Array) else (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
     return lib.llama_state_seq_set_data(ctx, buffer, len(state), 0) != 0
+
+
+def fill_batch(batch, entries) -> None:
+    """Put ``entries`` — (tokens, whether their logits are wanted, positions, each token's sequence ids) —
+    one after another into a llama_batch."""
+    i = 0
+    for tokens, logits, positions, seqs in entries:
+        for token, position, ids in zip(tokens, positions, seqs, strict=True):
+            batch.token[i], batch.pos[i], batch.logits[i], batch.n_seq_id[i] = token, position, logits, len(ids)
+            for j, seq in enumerate(ids):
+                batch.seq_id[i][j] = seq
+            i += 1
+    batch.n_tokens = i

@@ -1,0 +1,56 @@
+"""Sessions side by side on one model (`serve --parallel N`): each over a slot of the model's cache
+(Backend.slots) with a drafter, a speculation-length policy and a plain baseline of its own, the same model and
+settings; their forward passes run in one batch, each session's request a greenlet (engine/fibers.py).
+
+What a slot's session does not have that a lone one has: conversation states in RAM (a slot keeps its own last
+prompt in its cache), `--exact` (its batch-invariant kernels are per request), and drafters that read the
+target's features (EAGLE, MTP, DFlash): those are refused with what to do instead. The cost curve a slot's
+controller starts from is the one measured alone, and is not saved from a slot (batched steps cost otherwise).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import numpy as np
+
+from localspec.engine.baseline import PlainBaseline
+from localspec.engine.fibers import Fibers
+from localspec.errors import ConfigError
+from localspec.session import Session
+
+
+def slot_sessions(session: Session, count: int):
+    """``count`` sessions over slots of ``session``'s model, and the Fibers that run them side by side."""
+    if session.exact:
+        raise ConfigError("--exact answers one request at a time (its kernels are per request); drop --parallel")
+    if session.drafter.needs.hidden_states:
+        raise ConfigError(
+            f"the {session.drafter.name} drafter reads the target's features, which slots do not hand out; "
+            "use --parallel 1, or --drafter suffix or ngram"
+        )
+    backends, flush = session.backend.slots(count)
+    sessions = []
+    try:
+        for i, backend in enumerate(backends):
+            drafter = session.drafters.build(session.drafter.name, backend)
+            sessions.append(
+                replace(
+                    session,
+                    backend=backend,
+                    drafter=drafter,
+                    speclen=copy.deepcopy(session.speclen),  # what the session learnt so far; then its own
+                    plain=PlainBaseline(),
+                    states=None,
+                    costs=None,  # the cost curve stays the one measured alone (the lone session saves it)
+                    rng=np.random.default_rng(session.rng.integers(2**63) + i),
+                )
+            )
+    except BaseException:
+        for s in sessions:
+            s.close()
+        for backend in backends[len(sessions) :]:
+            backend.close()
+        raise
+    return sessions, Fibers(flush)

@@ -4,12 +4,14 @@ N clients (--concurrency, default 1,2,4) each send one request of the shared wor
 i of round r takes case (r*N + i) mod the number of cases: chat, code edits, structured, code generation, multi-turn
 — a mix), non-streamed through the real `openai` client, with the same sampler settings and seed; the round ends
 when the last answer is in. Per round and system: aggregate tok/s = all completion tokens / the round's wall time
-(first request sent to last answer received), each request's end-to-end latency and the server's own `timings`.
+(first request sent to last answer received), each request's time to its first token (streamed), end-to-end
+latency and decode tok/s from the server's own `timings` (p50 and p95 in the summary).
 
 Systems, all up at once for each N and started afresh for the next N (benchmarks/agent_loop.py starts them):
-localspec default settings and --drafter none (localspec answers one request at a time: the others wait in its
-queue), llama-server plain and --spec-type ngram-mod with `-np N` slots of --ctx tokens each (its continuous
-batching verifies every slot's drafts in one batch). The systems take turns round by round in a rotating order.
+localspec default settings and --drafter none, one request at a time (the others wait in its queue), the same
+with `--parallel N` (from N = 2; N slots of --ctx tokens each, every slot's step in one batch), llama-server plain
+and --spec-type ngram-mod with `-np N` slots of --ctx tokens each (its continuous batching verifies every slot's
+drafts in one batch). The systems take turns round by round in a rotating order.
 
 The summary per N: each system's median aggregate tok/s over rounds and mean latency; localspec's default over
 llama-server's best type (issue 51's target: 1.15x at every N).
@@ -27,7 +29,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
-from statistics import mean, median
+from statistics import mean, median, quantiles
 
 import openai
 from agent_loop import DEFAULT_MODEL, PEER_BIN, ROOT, machine, start_systems, versions
@@ -40,6 +42,9 @@ from localspec.sampling import SamplingParams
 SYSTEMS = {  # name -> (family, localspec serve flags | llama-server spec type)
     "localspec-default": ("localspec", []),
     "localspec-plain": ("localspec", ["--drafter", "none"]),
+    # --parallel N (from N = 2), the context N times --ctx: each slot --ctx tokens, as llama-server's
+    "localspec-parallel": ("localspec", ["--parallel"]),
+    "localspec-parallel-plain": ("localspec", ["--drafter", "none", "--parallel"]),
     "server-plain": ("server", "plain"),
     "server-ngram-mod": ("server", "ngram-mod"),
 }
@@ -47,16 +52,23 @@ SHARED_WORKLOAD = ROOT.parent / "shared" / "bench" / "workload.jsonl"
 
 
 def ask(client: openai.OpenAI, case: dict, max_tokens: int, sampler: dict, t0: float) -> dict:
-    """One request: its tokens, when it was answered (after the round's start), its server's figures."""
-    start = time.perf_counter()
-    reply = client.chat.completions.create(
-        model="model", messages=case["messages"], max_tokens=min(max_tokens, case["max_tokens"]), extra_body=sampler
-    )
-    timings = (reply.model_extra or {}).get("timings") or {}
+    """One streamed request: its tokens, its time to the first token, when it was answered (after the round's
+    start), its server's figures (the last chunk's `timings`)."""
+    start, ttft, usage, timings = time.perf_counter(), None, None, {}
+    stream = client.chat.completions.create(
+        model="model", messages=case["messages"], max_tokens=min(max_tokens, case["max_tokens"]), stream=True,
+        stream_options={"include_usage": True}, extra_body=sampler,
+    )  # fmt: skip
+    for chunk in stream:
+        timings = (chunk.model_extra or {}).get("timings") or timings
+        usage = chunk.usage or usage
+        if ttft is None and any(c.delta and c.delta.content for c in chunk.choices):
+            ttft = time.perf_counter() - start
     return {
         "case": case["id"],
         "kind": case["kind"],
-        "tokens": reply.usage.completion_tokens,
+        "tokens": usage.completion_tokens if usage else timings.get("predicted_n", 0),
+        "ttft_s": round(ttft, 3) if ttft is not None else None,
         "e2e_s": round(time.perf_counter() - start, 3),
         "done_at_s": round(time.perf_counter() - t0, 3),
         "decode_tok_s": timings.get("predicted_per_second"),
@@ -101,15 +113,29 @@ def summarize(levels: dict) -> dict:
             name: {
                 "aggregate_tok_s": median(r["aggregate_tok_s"] for r in rounds),
                 "latency_s": round(mean(q["e2e_s"] for r in rounds for q in r["requests"]), 2),
+                **spread("ttft_s", [q["ttft_s"] for r in rounds for q in r["requests"]]),
+                **spread("decode_tok_s", [q["decode_tok_s"] for r in rounds for q in r["requests"]]),
             }
             for name, rounds in runs.items()
             if rounds
         }
         servers = [v["aggregate_tok_s"] for k, v in row.items() if k.startswith("server-")]
+        ours = [row[k]["aggregate_tok_s"] for k in ("localspec-default", "localspec-parallel") if k in row]
         if servers and "localspec-default" in row:
             row["default_over_best_server"] = round(row["localspec-default"]["aggregate_tok_s"] / max(servers), 3)
+        if servers and ours:
+            row["best_speculative_over_best_server"] = round(max(ours) / max(servers), 3)
         summary[n] = row
     return summary
+
+
+def spread(name: str, values: list[float]) -> dict:
+    """p50 and p95 of a request figure (where the request has it)."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return {}
+    cuts = quantiles(values, n=20, method="inclusive") if len(values) > 1 else [values[0]] * 19
+    return {f"{name}_p50": round(median(values), 3), f"{name}_p95": round(cuts[18], 3)}
 
 
 def main() -> int:
@@ -139,8 +165,13 @@ def main() -> int:
         binary, binary_error = None, str(exc)
     results, errors = {}, {}
     for n in levels:
+        at_n = {
+            name: (family, [*how, str(n), "--ctx", str(args.ctx * n)] if "--parallel" in how else how)
+            for name, (family, how) in chosen.items()
+            if n > 1 or not (family == "localspec" and "--parallel" in how)
+        }
         with tempfile.TemporaryDirectory(prefix="concurrency-") as tmp, ExitStack() as stack:
-            procs = start_systems(chosen, model, binary, binary_error, args, Path(tmp), stack, errors, n_parallel=n)
+            procs = start_systems(at_n, model, binary, binary_error, args, Path(tmp), stack, errors, n_parallel=n)
             try:
                 results[n] = run_level(procs, n, cases, args.rounds, args.max_tokens, sampler)
             except (PeerError, openai.OpenAIError, OSError) as exc:

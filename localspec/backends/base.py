@@ -276,6 +276,11 @@ class Backend:
     def memory_bytes(self) -> int:
         return 0
 
+    def batch_load(self) -> tuple[int, int]:
+        """(tokens, sequences) that other slots put into this cache's last forward pass (Backend.slots); a
+        cache of its own shares no pass: (0, 0)."""
+        return 0, 0
+
     def slots(self, count: int) -> tuple[list[Backend], Callable[[], list]]:
         """``count`` caches of this model whose forward passes run together (`serve --parallel`): the slots,
         each a Backend of its own, and the function that runs every slot's pending pass in one batch and

@@ -143,7 +143,9 @@ def _plan(policy, costs: Costs, backend: Backend, context: list[int], left: int,
     """How many tokens to ask the drafter for: no further than the context can hold and than the answer may
     still grow (``left`` tokens after the target's own); after the guard held a near-tie back, none: a
     single-token step decides it, as plain decoding does. At least the ``sure`` tokens the drafter is certain
-    of, whatever the controller would plan."""
+    of, whatever the controller would plan. Beside other sequences (a slot) the controller prices the window as
+    the pass it joins, judged by the last one (Backend.batch_load)."""
+    policy.share(*backend.batch_load())
     cap = min(policy.max_k, left, backend.n_ctx - len(context))
     if backend.max_rollback is not None:  # a recurrent state rolls back so far: rejected drafts must fit
         cap = min(cap, backend.max_rollback)

@@ -484,3 +484,21 @@ def test_a_copy_sampled_at_t_above_0_keeps_its_long_windows():
             runs.append(sampled_copy(ctl, verify, 60, 0.97, report_p, seed))
         rates[report_p] = float(np.mean(runs))
     assert rates[True] > 1.03 * rates[False], rates
+
+
+def test_beside_other_sequences_a_window_is_priced_as_the_pass_it_joins():
+    """`serve --parallel`: with 3 other sequences' tokens in the pass, a draft token on this CPU's curve costs
+    about a lone step, so drafting stops at the acceptance that pays alone, and comes back alone; on a GPU's
+    flat curve it goes on. A shared pass's timing does not teach the lone curve."""
+    ctl = AdaptiveK(8)
+    assert mode(drive(ctl, 300, lambda i, s: 0.8)[100:]) > 0
+    curve = dict(ctl.costs())
+    ctl.share(3, 3)
+    assert mode(drive(ctl, 200, lambda i, s: 0.8, seed=1)[50:]) == 0
+    assert ctl.costs() == curve
+    ctl.share(0, 0)
+    assert mode(drive(ctl, 200, lambda i, s: 0.8, seed=2)[50:]) > 0
+    gpu = AdaptiveK(8)
+    drive(gpu, 200, lambda i, s: 0.9, verify=GPU)
+    gpu.share(3, 3)
+    assert mode(drive(gpu, 200, lambda i, s: 0.9, verify=GPU, seed=3)[50:]) == 8

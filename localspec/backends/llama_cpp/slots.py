@@ -8,13 +8,16 @@ tokens to the ``Batcher`` and switches back to the scheduler, which decodes ever
 only ever called from the one OS thread (its OpenMP team belongs to it), and the generate loop, the drafters and
 the Session run unchanged on a slot, as on the whole backend.
 
-A slot prefills in chunks of ``PREFILL_CHUNK`` tokens: a long prompt shares each batch with the other slots'
-verify windows instead of holding them up for the whole prompt. A slot used outside a greenlet (a test, a
-warm-up) decodes at once, alone.
+A batch is filled as llama-server fills one: every slot's verify window first, then prompt tokens in arrival
+order up to the batch size, so a long prompt shares each batch with the others' windows instead of holding them
+up for the whole prompt, and the first prompt to arrive is the first to be answered. Each slot learns what the
+others put into its last batch (``batch_load``): its controller prices a window as the batch it joins. A slot
+used outside a greenlet (a test, a warm-up) decodes at once.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -23,8 +26,6 @@ from greenlet import greenlet
 
 from localspec.backends.llama_cpp.capi import fill_batch
 from localspec.errors import ConfigError
-
-PREFILL_CHUNK = 128  # prompt tokens a slot puts into one batch beside the others' windows
 
 
 @dataclass(eq=False)
@@ -46,25 +47,46 @@ class Batcher:
         self.decodes = self.batched = 0  # llama_decode calls, and those of them that held several slots
 
     def submit(self, slot: Slot, tokens, logits: bool, positions, seqs) -> int:
-        """Hand a slot's tokens over; returns llama_decode's code for them once the batch ran (the slot's rows
+        """Hand a slot's tokens over; returns llama_decode's code for them once they all ran (the slot's rows
         are then in ``slot.rows``)."""
-        fiber = greenlet.getcurrent()
-        self.pending.append(_Pending(slot, fiber, tokens, logits, positions, seqs))
+        fiber, slot.ret = greenlet.getcurrent(), 0
+        mine = _Pending(slot, fiber, tokens, logits, positions, seqs)
+        self.pending.append(mine)
         if fiber.parent is None:  # no scheduler above: this decode runs now, with whatever else waits
-            self.flush()
+            while mine in self.pending:
+                self.flush()
         else:
-            fiber.parent.switch()  # the scheduler runs the batch and switches back here
+            fiber.parent.switch()  # the scheduler runs the batch and switches back here once they all ran
         return slot.ret
 
     def flush(self) -> list[greenlet]:
-        """Decode everything pending, in one llama_decode per batch's worth; the greenlets to resume."""
-        waiting, self.pending = self.pending, []
-        for group in _groups(waiting, self.owner.n_batch):
+        """One batch, as llama-server fills one: every verify window, then prompt tokens in arrival order up to
+        the batch size (a prompt that does not fit goes on in the next batch, where it left off); the
+        greenlets whose tokens have all run, to resume."""
+        windows = [p for p in self.pending if p.logits]
+        prompts = sorted((p for p in self.pending if not p.logits), key=lambda p: p.slot.arrived)
+        room = self.owner.n_batch - sum(len(p.tokens) for p in windows)
+        batch, self.pending = list(windows), []
+        for p in prompts:
+            if room <= 0:
+                self.pending.append(p)
+                continue
+            if len(p.tokens) > room:  # its first `room` tokens now, the rest next time
+                self.pending.append(_Pending(p.slot, p.fiber, p.tokens[room:], False, p.positions[room:],
+                                             p.seqs[room:]))  # fmt: skip
+                p = _Pending(p.slot, p.fiber, p.tokens[:room], False, p.positions[:room], p.seqs[:room])
+            batch.append(p)
+            room -= len(p.tokens)
+        for group in _groups(batch, self.owner.n_batch):
             ret = self._decode(group)
             if ret != 0 and len(group) > 1:  # no room for all of them at once: each alone, each its own verdict
                 for one in group:
                     self._decode([one])
-        return [p.fiber for p in waiting if p.fiber.parent is not None]
+        failed = {id(p.slot) for p in batch if p.slot.ret != 0}
+        self.pending = [p for p in self.pending if id(p.slot) not in failed]  # a failed prompt stops there
+        unfinished = {id(p.slot) for p in self.pending}
+        resumed = {id(p.slot): p.fiber for p in batch if id(p.slot) not in unfinished}
+        return [fiber for fiber in resumed.values() if fiber.parent is not None]
 
     def _decode(self, group: list[_Pending]) -> int:
         owner = self.owner
@@ -74,15 +96,20 @@ class Batcher:
         fill_batch(owner._batch, [(p.tokens, p.logits, p.positions, p.seqs) for p in group])
         ret = owner._lib.llama_decode(owner._ctx, owner._batch)
         self.decodes += 1
-        self.batched += len({id(p.slot) for p in group}) > 1
+        slots = {id(p.slot) for p in group}
+        self.batched += len(slots) > 1
+        size = sum(len(p.tokens) for p in group)
         rows = sum(len(p.tokens) for p in group if p.logits)
         logits = owner._logits(rows) if ret == 0 and rows else None
         at = 0
         for p in group:
-            p.slot.ret, p.slot.rows = ret, None
-            if p.logits and logits is not None:
-                p.slot.rows = logits[at : at + len(p.tokens)].copy()  # the next decode overwrites the buffer
-                at += len(p.tokens)
+            p.slot.ret = ret if ret != 0 else p.slot.ret
+            p.slot.load = (size - len(p.tokens), len(slots) - 1)  # what the others put into this batch
+            if p.logits:
+                p.slot.ret, p.slot.rows = ret, None
+                if logits is not None:
+                    p.slot.rows = logits[at : at + len(p.tokens)].copy()  # the next decode overwrites the buffer
+                    at += len(p.tokens)
         return ret
 
 
@@ -110,6 +137,8 @@ class Slot:
         self._checkpoint = self._turn_point = None
         self.rows: np.ndarray | None = None  # this slot's rows of the last batch
         self.ret = 0
+        self.load = (0, 0)  # the other slots' tokens and sequences in this slot's last batch
+        self.arrived = 0  # when its last prompt started (prompts fill batches in that order)
         per = (owner.max_branches + 1 - count) // count  # each slot's share of the leaf sequences
         self._seq, self._branch0, self.max_branches = index, count + index * per, per
         self.n_ctx = owner.n_ctx // count
@@ -125,11 +154,12 @@ class Slot:
     def _let_go_of_rows(self) -> None:
         self._held = None  # a slot's rows are its own copy
 
+    def batch_load(self) -> tuple[int, int]:
+        return self.load
+
     def prefill(self, tokens, progress=None) -> None:
-        for start in range(0, len(tokens), PREFILL_CHUNK):
-            self._decode(tokens[start : start + PREFILL_CHUNK], logits=False)
-            if progress is not None:
-                progress(min(start + PREFILL_CHUNK, len(tokens)), len(tokens))
+        self.arrived = next(_ARRIVALS)  # its prompt's place in the batches' order
+        super().prefill(tokens, progress)
 
     def save_state(self):
         raise ConfigError("a slot keeps no conversation states (--parallel)")
@@ -148,6 +178,7 @@ class Slot:
 
 
 _CLASSES: dict[type, type] = {}
+_ARRIVALS = itertools.count(1)
 
 
 def open_slots(owner, count: int) -> tuple[list[Slot], Callable[[], list[greenlet]]]:

@@ -139,15 +139,20 @@ class CostModel:
     def draft_line(self) -> tuple[float, float]:
         return self.line.fit()
 
-    def step_times(self, top: int, draft_s: float | None, sizes: Sequence[int] | None = None) -> list[float]:
+    def step_times(
+        self, top: int, draft_s: float | None, sizes: Sequence[int] | None = None, extra: int = 0
+    ) -> list[float]:
         """Estimated seconds of a step verifying k = 0..top tokens (draft_s: drafting time already spent;
-        sizes[k]: the tokens verified at k, for a tree cut at depth k)."""
+        sizes[k]: the tokens verified at k, for a tree cut at depth k; extra: other sequences' tokens in the
+        same forward pass)."""
         curve, overhead = self.curve(), self._overhead or 0.0
-        if sizes is None:
+        if sizes is None and not extra:
             verify = curve[1 : top + 2]
+        elif sizes is None:
+            verify = [self.verify(n + 1 + extra) for n in range(top + 1)]
         else:
             tree = self._tree_factor or 1.0
-            verify = [self.verify(n + 1) * (tree if n else 1.0) for n in sizes[: top + 1]]
+            verify = [self.verify(n + 1 + extra) * (tree if n else 1.0) for n in sizes[: top + 1]]
         if draft_s is not None:
             return [overhead + draft_s + c for c in verify]
         line = self.draft_line()

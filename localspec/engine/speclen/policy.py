@@ -28,6 +28,13 @@ Two kinds of drafter are handled differently:
   per_token, timed at load) stands in for the measured draft cost; a drafter of unknown cost is first asked for a
   short draft.
 
+Beside other sequences (`serve --parallel`: every slot's window in one forward pass) a window is priced as
+the batch it joins: with B other tokens from S other sequences in the pass, the controller maximises the
+pass's tokens, (E(L) + S) / T_B(L) with T_B(L) = overhead + draft(L) + verify(L + 1 + B) — a draft token
+then costs what it adds to a shared pass, which on a CPU is about a lone step, so drafting narrows or stops
+under load and comes back when the sequence runs alone. A shared pass's timing teaches the cost curve nothing
+(the curve stays the lone one, which the shift reads).
+
 A drafter chain (`--drafter suffix+draft`: a copy drafter and a model drafter) has two members, each with
 its own acceptance estimate and draft line. Every step the copy drafter proposes (it is free); then
 ``choose`` weighs that proposal's best rate against the model drafter's plan and runs the model only when its
@@ -71,6 +78,9 @@ class FixedK:
     def begin_turn(self, cost_per_token: float | None = 0.0) -> None:
         pass
 
+    def share(self, tokens: int, sequences: int) -> None:
+        """A fixed K is what the user asked, alone or beside others."""
+
     def plan(self, cap: int, catchup_s: float = 0.0) -> int:
         return cap
 
@@ -112,6 +122,7 @@ class AdaptiveK:
         self.cost = CostModel(max_k)
         self._budget = 0.0  # seconds exploration may still lose
         self._explored, self._explore_spent = 0, 0.0
+        self.load = (0, 0)  # the other sequences' tokens and count in the forward pass this step joins
         self.reset_drafter()
 
     @property
@@ -181,13 +192,18 @@ class AdaptiveK:
         if not self.cost.timed:
             return [0.0] * (top + 1)
         expected = self.acceptance.expected_tokens(accept_all)
-        return [e / t for e, t in zip(expected, self.cost.step_times(top, draft_s), strict=False)]
+        times = self.cost.step_times(top, draft_s, extra=self.load[0])
+        return [(e + self.load[1]) / t for e, t in zip(expected, times, strict=False)]
 
     def _cheap(self, cap: int) -> bool:
         single = self.cost.verify(1)
         return single is not None and self.cost.draft(cap) < CHEAP * single
 
     # -- the three calls of a step ----------------------------------------------------------------------
+    def share(self, tokens: int, sequences: int) -> None:
+        """The step joins a forward pass holding ``tokens`` of ``sequences`` other sequences (see the doc)."""
+        self.load = (tokens, sequences)
+
     def plan(self, cap: int, catchup_s: float = 0.0) -> int:
         """How many tokens to ask the drafter for; catchup_s: what the drafter would first spend catching
         up on the context. A chain is always asked (its copy drafter is free): ``choose`` decides."""
@@ -250,8 +266,8 @@ class AdaptiveK:
         member's acceptance of its tokens (draft_s: drafting time already spent; sizes[k]: the tokens a cut
         at k verifies, for a tree judged by its main chain)."""
         expected = self.acceptance.expected_tokens(acceptance=self.acceptance.of_draft(draft))
-        times = self.cost.step_times(len(draft), draft_s, sizes)
-        return expected, times, [e / t for e, t in zip(expected, times, strict=False)]
+        times = self.cost.step_times(len(draft), draft_s, sizes, extra=self.load[0])
+        return expected, times, [(e + self.load[1]) / t for e, t in zip(expected, times, strict=False)]
 
     def _probe(self, k: int, catchup_s: float) -> int:
         """A short draft to re-measure acceptance, if what it loses against a plain step should every token
@@ -281,7 +297,8 @@ class AdaptiveK:
         if not self.cost.timed:
             return min(len(draft), FIRST_WINDOW)
         expected, times, rates = self._draft_rates(draft, draft_s, sizes)
-        best = self._explore(expected, times, _argmax(rates), sizes)
+        # a shared pass measures no window: nothing to explore there
+        best = _argmax(rates) if self.load[0] else self._explore(expected, times, _argmax(rates), sizes)
         if best == 0:
             self.acceptance.shadow(draft)
         return best
@@ -327,7 +344,8 @@ class AdaptiveK:
         its tokens came through, and the controller drafted 64 at a time)."""
         verified, emitted, step_s, draft = step.judged, step.emitted, step.step_s, step.draft
         self._chosen.append(verified)
-        self.cost.record(len(draft) + 1, self._asked, step.drafting_s, step.verify_s, step_s, not draft.is_chain)
+        if not self.load[0]:  # a shared pass's time is the batch's, not this window's
+            self.cost.record(len(draft) + 1, self._asked, step.drafting_s, step.verify_s, step_s, not draft.is_chain)
         self._budget = min(EXPLORE_CAP_S, self._budget + EXPLORE_SHARE * step_s)
         self.acceptance.record(verified, min(step.verdict.accepted, verified), emitted, step.verdict.target_p)
         if self._whole_step:

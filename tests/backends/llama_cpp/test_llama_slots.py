@@ -134,3 +134,35 @@ def test_slot_counts_that_cannot_work_are_refused(owner):
         owner.slots(0)
     with pytest.raises(ConfigError, match="more sequences"):
         owner.slots(65)
+
+
+def test_prompts_fill_batches_in_arrival_order_beside_the_windows(owner):
+    """Two long prompts at once: the first fills the first batches and is answered first; the second goes on
+    where the batch left off; each slot learns what the others put into its last batch."""
+    asked = prompts(owner)
+    longer = [p[:-1] * (owner.n_batch // len(p) + 2) + p[-1:] for p in asked[:2]]  # over a batch each
+    assert all(owner.n_batch < len(p) < owner.n_ctx // 2 - 40 for p in longer)
+    ref = [alone(owner, p) for p in longer]
+    slots, flush = owner.slots(2)
+    try:
+        done = together(slots, flush, [(0, NoDrafter(), longer[0]), (1, NoDrafter(), longer[1])])
+        assert all(same_until_a_tie(done[i].tokens, ref[i]) for i in range(2))
+        assert done[0].stats.prefill_s < done[1].stats.prefill_s, "the first to arrive is prefilled first"
+        assert owner.batch_load() == (0, 0)
+        loads = []
+        for i in range(2):  # each slot's steps, and what the other put into each
+            slots[i].truncate(0)
+
+        def watch(i=0):
+            for _ in stream_generate(slots[0], NoDrafter(), asked[2], GREEDY, max_tokens=12):
+                loads.append(slots[0].batch_load())
+
+        fibers = Fibers(flush)
+        fibers.start(watch)
+        fibers.start(lambda: generate(slots[1], NoDrafter(), asked[1], GREEDY, max_tokens=12))
+        while fibers.live:
+            fibers.step()
+        assert (1, 1) in loads, "a decode step beside the other slot's: its one token, one sequence"
+    finally:
+        for slot in slots:
+            slot.close()

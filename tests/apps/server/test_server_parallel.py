@@ -65,14 +65,15 @@ def at_once(running, questions) -> dict:
 
 
 def alone(session, question: str) -> tuple[list[bytes], list[float]]:
-    """The answer's token bytes decoding alone, and each token's top-two logit gap."""
+    """The answer's token bytes decoding alone (None: its end), and each token's top-two logit gap."""
     session.backend.truncate(0)
     prompt = chat_prompt(session, [{"role": "user", "content": question}], None, None)[0]
     pieces, gaps = [], []
     for event in session.complete(prompt, Request(24, logprobs=2)):
-        shown = [s for s in event.logprobs if not session.ends_generation(s.token)]  # as the server reports
-        pieces += [session.backend.token_bytes(s.token) for s in shown]
-        gaps += [s.top[0][1] - s.top[1][1] for s in shown]
+        # the end of the answer is None (the server reports no token for it, but its finish reason)
+        pieces += [None if session.ends_generation(s.token) else session.backend.token_bytes(s.token)
+                   for s in event.logprobs]  # fmt: skip
+        gaps += [s.top[0][1] - s.top[1][1] for s in event.logprobs]
     return pieces, gaps
 
 
@@ -84,11 +85,13 @@ def test_four_requests_at_once_are_answered_together_as_one_at_a_time(parallel):
     with Session.open(parallel.settings) as lone:
         for i, question in enumerate(QUESTIONS):
             pieces, gaps = alone(lone, question)
-            got = [bytes(t.bytes) for t in answers[i].choices[0].logprobs.content]
+            choice = answers[i].choices[0]
+            got = [bytes(t.bytes) for t in choice.logprobs.content] + [None] * (choice.finish_reason == "stop")
             # the same tokens, or they leave the lone answer only where its top two were a near tie (a batch of
             # several slots computes a row with other kernels than a lone step)
             diverged = next((j for j, (a, b) in enumerate(zip(got, pieces, strict=False)) if a != b), None)
-            assert (got == pieces) if diverged is None else gaps[diverged] < DEFAULT_MARGIN["llama.cpp"], i
+            why = (i, diverged, len(got), len(pieces), answers[i].usage.completion_tokens, got[-3:], pieces[-3:])
+            assert (got == pieces) if diverged is None else gaps[diverged] < DEFAULT_MARGIN["llama.cpp"], why
     figures = answers[0].model_extra["timings"]
     assert figures["predicted_n"] == answers[0].usage.completion_tokens
 

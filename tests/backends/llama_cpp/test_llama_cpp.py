@@ -272,7 +272,8 @@ def test_the_default_context_is_the_trained_one_as_far_as_memory_allows(backend,
 def test_a_seeded_sampled_answer_is_the_same_tokens_whatever_the_drafter(backend, seed):
     """T=0.8 with a seed under --exact (batch-invariant kernels): each position's token comes from its own
     stream and a point-mass draft token is kept when it equals that draw, so none, ngram and suffix, with fixed
-    and adaptive windows, answer with the same tokens, and the drafters' windows were really used."""
+    and adaptive windows, answer with the same tokens, and the fixed windows were really used (the adaptive
+    controller prices batch-invariant windows by this machine's timings and may find that none pays)."""
     sampled = SamplingParams(temperature=0.8)
     texts = [PROMPTS[2], PROMPTS[7], PROMPTS[1]]
     drafters = [
@@ -305,7 +306,7 @@ def test_a_seeded_sampled_answer_is_the_same_tokens_whatever_the_drafter(backend
                 f"{name} on {text!r}: differs at {first_difference(plain.tokens, got.tokens)}"
             )
             accepted[name] += got.stats.accepted
-    assert answered > 40 and all(n > 0 for n in accepted.values()), (answered, accepted)
+    assert answered > 40 and accepted["ngram"] > 0 and accepted["suffix-k8"] > 0, (answered, accepted)
 
 
 def test_rows_handed_out_in_place_keep_their_values_after_the_next_decode(backend):

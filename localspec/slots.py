@@ -3,9 +3,10 @@
 settings; their forward passes run in one batch, each session's request a greenlet (engine/fibers.py).
 
 What a slot's session does not have that a lone one has: conversation states in RAM (a slot keeps its own last
-prompt in its cache), `--exact` (its batch-invariant kernels are per request), and drafters that read the
-target's features (EAGLE, MTP, DFlash): those are refused with what to do instead. The cost curve a slot's
-controller starts from is the one measured alone, and is not saved from a slot (batched steps cost otherwise).
+prompt in its cache), `--exact` (its batch-invariant kernels are per request), drafters that read the
+target's features (EAGLE, MTP, DFlash) and tree drafters (lookahead): those are refused with what to do
+instead. The cost curve a slot's controller starts from is the one measured alone, and is not saved from a slot
+(batched steps cost otherwise).
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ def slot_sessions(session: Session, count: int):
     if session.drafter.needs.hidden_states:
         raise ConfigError(
             f"the {session.drafter.name} drafter reads the target's features, which slots do not hand out; "
+            "use --parallel 1, or --drafter suffix or ngram"
+        )
+    if session.drafter.needs.tree_attention:
+        raise ConfigError(
+            f"the {session.drafter.name} drafter verifies trees wider than a slot's share of the cache's sequences; "
             "use --parallel 1, or --drafter suffix or ngram"
         )
     backends, flush = session.backend.slots(count)

@@ -129,6 +129,9 @@ def test_what_slots_cannot_run_is_refused_at_start(tmp_path):
     settings = settings_for("--exact", cache=tmp_path)
     with pytest.raises(ConfigError, match="--exact"):
         serve(lambda: Session.open(settings), settings.model, parallel=2)
+    settings = settings_for("--drafter", "lookahead", cache=tmp_path)
+    with pytest.raises(ConfigError, match="trees"):
+        serve(lambda: Session.open(settings), settings.model, parallel=2)
     settings = settings_for(cache=tmp_path)
     with pytest.raises(ConfigError, match="at least 1"):
         serve(lambda: Session.open(settings), settings.model, parallel=0)

@@ -37,9 +37,9 @@ def slot_sessions(session: Session, count: int):
             "use --parallel 1, or --drafter suffix or ngram"
         )
     backends, flush = session.backend.slots(count)
-    sessions = []
+    sessions, seeds = [], session.rng.integers(2**63, size=count)
     try:
-        for i, backend in enumerate(backends):
+        for backend, seed in zip(backends, seeds, strict=True):
             drafter = session.drafters.build(session.drafter.name, backend)
             sessions.append(
                 replace(
@@ -50,7 +50,7 @@ def slot_sessions(session: Session, count: int):
                     plain=PlainBaseline(),
                     states=None,
                     costs=None,  # the cost curve stays the one measured alone (the lone session saves it)
-                    rng=np.random.default_rng(session.rng.integers(2**63) + i),
+                    rng=np.random.default_rng(seed),
                 )
             )
     except BaseException:

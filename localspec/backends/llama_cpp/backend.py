@@ -625,11 +625,16 @@ class LlamaCppBackend(Backend):
 
     def _run(self, tokens: Sequence[int], logits: bool, positions: Sequence[int], seqs) -> int:
         """One llama_decode of these tokens (a slot hands them to the batch of every slot's instead); its
-        return code."""
+        return code. Prefills keep the fast kernels; plain and speculative prefill alike."""
+        return self._decode_entries([(tokens, logits, positions, seqs)], logits and self._invariant)
+
+    def _decode_entries(self, entries, reference: bool) -> int:
+        """One llama_decode of ``entries`` (capi.fill_batch's), on the reference kernels where ``reference``
+        (--exact's windows); its return code."""
         self._let_go_of_rows()  # the last rows handed out are overwritten now: they keep a copy
-        if self._reference is not None:  # prefills keep the fast kernels; plain and speculative prefill alike
-            self._reference.set(logits and self._invariant)
-        fill_batch(self._batch, [(tokens, logits, positions, seqs)])
+        if self._reference is not None:
+            self._reference.set(reference)
+        fill_batch(self._batch, entries)
         return self._lib.llama_decode(self._ctx, self._batch)
 
     def slots(self, count: int):

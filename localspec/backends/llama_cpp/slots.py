@@ -24,7 +24,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 from greenlet import greenlet
 
-from localspec.backends.llama_cpp.capi import fill_batch
 from localspec.errors import ConfigError
 
 
@@ -90,11 +89,8 @@ class Batcher:
 
     def _decode(self, group: list[_Pending]) -> int:
         owner = self.owner
-        owner._let_go_of_rows()
-        if owner._reference is not None:  # slots run the fast kernels (--exact runs one request at a time)
-            owner._reference.set(False)
-        fill_batch(owner._batch, [(p.tokens, p.logits, p.positions, p.seqs) for p in group])
-        ret = owner._lib.llama_decode(owner._ctx, owner._batch)
+        # slots run the fast kernels (--exact runs one request at a time)
+        ret = owner._decode_entries([(p.tokens, p.logits, p.positions, p.seqs) for p in group], reference=False)
         self.decodes += 1
         slots = {id(p.slot) for p in group}
         self.batched += len(slots) > 1
@@ -102,14 +98,12 @@ class Batcher:
         rows = sum(len(p.tokens) for p in group if p.logits)
         logits = owner._logits(rows) if ret == 0 and rows else None
         at = 0
-        for p in group:
-            p.slot.ret = ret if ret != 0 else p.slot.ret
+        for p in group:  # a slot has one entry in a batch: its verdict is this decode's (a retry alone's last)
+            p.slot.ret, p.slot.rows = ret, None
             p.slot.load = (size - len(p.tokens), len(slots) - 1)  # what the others put into this batch
-            if p.logits:
-                p.slot.ret, p.slot.rows = ret, None
-                if logits is not None:
-                    p.slot.rows = logits[at : at + len(p.tokens)].copy()  # the next decode overwrites the buffer
-                    at += len(p.tokens)
+            if p.logits and logits is not None:
+                p.slot.rows = logits[at : at + len(p.tokens)].copy()  # the next decode overwrites the buffer
+                at += len(p.tokens)
         return ret
 
 

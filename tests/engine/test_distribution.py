@@ -23,6 +23,7 @@ from support.distribution import (  # noqa: F401
     assert_canary_fails,
     chi_square_p,
     exact_distribution,
+    residual_without_q,
     sample_answers,
     samples_for,
     setting_id,
@@ -80,11 +81,6 @@ class LyingDrafter(DistributionDrafter):
     def propose(self, context, max_tokens):
         draft = super().propose(context, max_tokens)
         return type(draft).chain(draft.tokens, None if draft.q is None else np.full_like(draft.q, 1 / V))
-
-
-def residual_without_q(ids, p, q, x):
-    """verify._residual, broken: after a rejection the target's token is drawn from p, not norm(max(0, p - q))."""
-    return p
 
 
 # name: (kind, the target (given a list for the accepted tree paths), the drafter, {verify's function: its

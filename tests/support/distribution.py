@@ -74,12 +74,36 @@ def sample_answers(backend, make_drafter, sampling, seed, samples=FULL):
     return counts, drafter
 
 
+def sample_answers_in_slots(slots, fibers, make_drafter, sampling, seed, samples):
+    """``samples`` answers, an equal share per slot, the slots' generations running side by side (each a
+    greenlet with a drafter and a generator of its own, as `serve --parallel` runs them): counts per slot."""
+    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(len(slots))]
+    counts = [{} for _ in slots]
+
+    def run(slot, rng, mine):
+        drafter = make_drafter()
+        for _ in range(samples // len(slots)):
+            out = generate(slot, drafter, PROMPT, sampling, max_tokens=N, draft_tokens=2, rng=rng)
+            mine[out.tokens] = mine.get(out.tokens, 0) + 1
+
+    for slot, rng, mine in zip(slots, rngs, counts, strict=True):
+        fibers.start(run, slot, rng, mine)
+    while fibers.live:
+        fibers.step()
+    return counts
+
+
 def tree_backend(paths: list):
     """The scripted target with tree verification; the accepted paths are appended to ``paths``."""
     backend = ScriptedTreeBackend(vocab_size=V, scale=1.5, seed=3)
     accept = backend.accept_path
     backend.accept_path = lambda path: (paths.append(tuple(path)), accept(path))
     return backend
+
+
+def residual_without_q(ids, p, q, x):
+    """verify._residual, broken: after a rejection the target's token is drawn from p, not norm(max(0, p - q))."""
+    return p
 
 
 def tried_against_the_full_p(draft, kids, ids, p, draws):

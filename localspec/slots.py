@@ -22,25 +22,31 @@ from localspec.errors import ConfigError
 from localspec.session import Session
 
 
-def slot_sessions(session: Session, count: int):
-    """``count`` sessions over slots of ``session``'s model, and the Fibers that run them side by side."""
-    if session.exact:
-        raise ConfigError("--exact answers one request at a time (its kernels are per request); drop --parallel")
-    if session.drafter.needs.hidden_states:
-        raise ConfigError(
-            f"the {session.drafter.name} drafter reads the target's features, which slots do not hand out; "
-            "use --parallel 1, or --drafter suffix or ngram"
-        )
-    if session.drafter.needs.tree_attention:
-        raise ConfigError(
-            f"the {session.drafter.name} drafter verifies trees wider than a slot's share of the cache's sequences; "
-            "use --parallel 1, or --drafter suffix or ngram"
-        )
+def slot_refusal(name: str, needs, exact: bool = False, alone: str = "--parallel 1") -> str | None:
+    """Why a drafter ``name`` with ``needs`` (DrafterNeeds) cannot run in slots, or None where it can; ``alone``
+    is the flag that runs one request at a time."""
+    if exact:
+        return f"--exact answers one request at a time (its kernels are per request); use {alone} or drop --exact"
+    if needs.hidden_states:
+        why = "reads the target's features, which slots do not hand out"
+    elif needs.tree_attention:
+        why = "verifies trees wider than a slot's share of the cache's sequences"
+    else:
+        return None
+    return f"the {name} drafter {why}; use {alone}, or the suffix or ngram drafter"
+
+
+def slot_sessions(session: Session, count: int, **options):
+    """``count`` sessions over slots of ``session``'s model, and the Fibers that run them side by side;
+    ``options`` replace options of each slot's drafter (bench: a scratch suffix cache)."""
+    refusal = slot_refusal(session.drafter.name, session.drafter.needs, session.exact)
+    if refusal:
+        raise ConfigError(refusal)
     backends, flush = session.backend.slots(count)
     sessions, seeds = [], session.rng.integers(2**63, size=count)
     try:
         for backend, seed in zip(backends, seeds, strict=True):
-            drafter = session.drafters.build(session.drafter.name, backend)
+            drafter = session.drafters.build(session.drafter.name, backend, **options)
             sessions.append(
                 replace(
                     session,

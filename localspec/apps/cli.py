@@ -166,6 +166,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--quant-rounds", type=int, default=6, help="--quants: timed rounds per window size (6)")
     bench.add_argument(
+        "--concurrency",
+        metavar="1,2,4",
+        help="instead of one request at a time: N requests at once for each N, answered as `serve --parallel N` "
+        "answers them (with --peer: llama-server -np N); aggregate tok/s, time to first token per request; "
+        "--ctx is each request's context (default 4096)",
+    )
+    bench.add_argument(
         "--peer",
         metavar="llama-server[=PATH]",
         help="also measure llama.cpp's own llama-server on the same prompts: PATH is its binary "

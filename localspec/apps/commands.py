@@ -254,7 +254,9 @@ def read_recorded_chats(path: str) -> list[list[dict]]:
 
 def bench_command(args) -> int:
     """`localspec bench`: drafters against plain decoding on a workload, or (--quants) quantizations."""
-    return quants_command(args) if args.quants is not None else _bench_drafters(args)
+    if args.quants is not None:
+        return quants_command(args)
+    return _bench_concurrency(args) if args.concurrency else _bench_drafters(args)
 
 
 def _bench_cases(args, cases: list[dict], max_tokens: int) -> list[dict]:
@@ -267,6 +269,33 @@ def _bench_cases(args, cases: list[dict], max_tokens: int) -> list[dict]:
     for case in cases:
         case["max_tokens"] = min(case["max_tokens"], max_tokens)
     return cases
+
+
+def _bench_concurrency(args) -> int:
+    """`bench --concurrency 1,2,4`: N requests at once per level, against llama-server -np N with --peer."""
+    from localspec.bench import concurrency
+    from localspec.bench.run import load_cases, parse_peer_types, peer_binary
+    from localspec.fileio import atomic_write
+
+    levels = concurrency.parse_levels(args.concurrency)
+    settings = _settings(args)
+    cases = _bench_cases(args, load_cases(args.prompts), settings.max_tokens) * max(1, args.repeats)
+    binary = peer_binary(args.peer) if args.peer else None  # a missing peer fails before the model loads
+    report = concurrency.run_concurrency(
+        settings,
+        args.drafters,
+        cases,
+        levels,
+        slot_ctx=settings.ctx or 4096,
+        peer_binary=binary,
+        peer_types=parse_peer_types(args.peer_types) if binary else (),
+        seed=args.seed or 0,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    print(concurrency.format_tables(report))
+    if args.json_out:
+        atomic_write(Path(args.json_out), json.dumps(report, indent=1).encode(), mode=0o644)
+    return 0
 
 
 def _bench_drafters(args) -> int:

@@ -309,6 +309,7 @@ class ServerConfig:
     gpu_layers: int = 0
     draft_model: Path | None = None  # for draft-simple
     eagle_head: Path | None = None  # for draft-eagle3
+    n_parallel: int = 1  # -np: slots of n_ctx each (bench --concurrency)
 
     def server(self, spec_type: str, log_path: Path) -> LlamaServer:
         return LlamaServer(
@@ -321,6 +322,7 @@ class ServerConfig:
             n_batch=self.n_batch,
             gpu_layers=self.gpu_layers,
             draft_model=self.eagle_head if spec_type == "draft-eagle3" else self.draft_model,
+            n_parallel=self.n_parallel,
         )
 
 

@@ -112,7 +112,7 @@ def make_methods(spec: str, session: Session, default_k, scratch: str | None = N
     return methods
 
 
-def _make_method(item: str, session: Session, default_k, cache_dir: Path | None) -> Runner:
+def _parse(item: str) -> re.Match:
     match = re.fullmatch(
         r"([a-z]+(?:\+(?!exact\b)[a-z]+)?)(?:@([a-z0-9:]+))?(?:#(\d+))?(?:@([a-z0-9:]+))?(\+exact)?", item
     )
@@ -120,6 +120,20 @@ def _make_method(item: str, session: Session, default_k, cache_dir: Path | None)
         raise ConfigError(
             f"--drafters {item!r}: expected NAME, NAME@K or NAME#N (trees of N tokens: eagle#16), optionally +exact"
         )
+    return match
+
+
+def parse_method(item: str, default_k="auto") -> tuple[str, str, int | str]:
+    """A method of `--drafters` without trees or +exact (bench --concurrency): (label, drafter name, K)."""
+    match = _parse(item.strip())
+    if match.group(3) or match.group(5):
+        raise ConfigError(f"--drafters {item!r}: --concurrency runs drafters as slots do, without #N trees or +exact")
+    name = match.group(1)
+    return item.strip(), name, match.group(2) or match.group(4) or (1 if name == "none" else default_k)
+
+
+def _make_method(item: str, session: Session, default_k, cache_dir: Path | None) -> Runner:
+    match = _parse(item)
     name, k, tree = match.group(1), match.group(2) or match.group(4), match.group(3)
     options, members = {}, name.split("+")
     if cache_dir and "suffix" in members:

@@ -4,53 +4,21 @@ found as `llama-server` on PATH), the errors, and one run with the real llama-se
 import glob
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 from support.cli import assert_one_line_error, run_cli
+from support.fake_peer import FakeServer
 from support.fakes import ScriptedBackend
 
-from localspec.bench.peer import LlamaServer, PeerError, ServerConfig, find_llama_server
+from localspec.bench.peer import LlamaServer, PeerError, find_llama_server
 from localspec.bench.run import format_tables, plot, run_bench
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.table import DrafterSetup
 from localspec.sampling import SamplingParams
 from localspec.session import Session
 
-SUPPORT = Path(__file__).resolve().parents[1] / "support"
 ALL_TYPES = ["plain", "ngram-mod", "ngram-simple", "draft-simple"]
-
-
-class FakeServer:
-    """Puts a `llama-server` wrapper around fake_llama_server.py first on PATH; reads what it recorded."""
-
-    def __init__(self, tmp_path: Path, monkeypatch) -> None:
-        self.bin = tmp_path / "bin"
-        self.bin.mkdir()
-        wrapper = self.bin / "llama-server"
-        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{SUPPORT / "fake_llama_server.py"}" "$@"\n')
-        wrapper.chmod(0o755)
-        self.log = tmp_path / "calls.jsonl"
-        monkeypatch.setenv("PATH", f"{self.bin}{os.pathsep}{os.environ['PATH']}")
-        monkeypatch.setenv("FAKE_LLAMA_SERVER_LOG", str(self.log))
-        self.model = tmp_path / "target.gguf"
-        self.model.write_bytes(b"GGUF")
-        self.draft = tmp_path / "draft.gguf"
-        self.draft.write_bytes(b"GGUF")
-
-    def config(self, **overrides) -> ServerConfig:
-        options = dict(binary=find_llama_server(), model=self.model, n_ctx=4096, threads=2, draft_model=self.draft)
-        return ServerConfig(**{**options, **overrides})
-
-    def records(self) -> list[dict]:
-        return [json.loads(line) for line in self.log.read_text().splitlines()] if self.log.exists() else []
-
-    def starts(self) -> list[dict]:
-        return [r for r in self.records() if "argv" in r]
-
-    def requests(self) -> list[dict]:
-        return [r for r in self.records() if "request" in r]
 
 
 @pytest.fixture

@@ -57,8 +57,8 @@ def run_slots(kind: str, count: int, samples: int, seed=11):
 @pytest.mark.parametrize("kind", list(DRAFTERS))
 def test_each_slot_answers_with_the_target_distribution(kind, count):
     counts, context, dist = run_slots(kind, count, SAMPLES)
-    assert any(entries > 1 for _, entries in context.sizes), "the slots never shared a batch"
-    assert any(size == context.n_batch for size, _ in context.sizes), "no batch was filled to its size"
+    assert any(len(batch) > 1 for batch in context.batches), "the slots never shared a batch"
+    assert any(sum(n for *_, n in batch) == context.n_batch for batch in context.batches), "no batch was full"
     for mine in counts:
         assert chi_square_p(mine, dist) > 1e-3
     assert chi_square_p(pooled(counts), dist) > 1e-3

@@ -29,7 +29,7 @@ class ScriptedContext:
     def __init__(self, model: ScriptedBackend, n_batch: int) -> None:
         self.model, self.n_batch = model, n_batch
         self.cells: dict[int, dict[int, int]] = {}
-        self.sizes: list[tuple[int, int]] = []  # (tokens, entries) of each decode
+        self.batches: list[list[tuple[int, bool, int]]] = []  # each decode's entries: (sequence, logits, tokens)
         self._rows = np.zeros((0, model.vocab_size), dtype=np.float32)
 
     def _decode_entries(self, entries, reference: bool) -> int:
@@ -45,7 +45,7 @@ class ScriptedContext:
                     cells = self.cells[ids[0]]
                     rows.append(self.model.logits_after([cells[p] for p in range(pos + 1)]))
         self._rows = np.array(rows, dtype=np.float32).reshape(len(rows), self.model.vocab_size)
-        self.sizes.append((sum(len(t) for t, *_ in entries), len(entries)))
+        self.batches.append([(seqs[0][0], logits, len(tokens)) for tokens, logits, _, seqs in entries])
         return 0
 
     def _logits(self, n: int) -> np.ndarray:
@@ -63,7 +63,7 @@ class ScriptedSlot(ScriptedBackend):
         model = context.model
         super().__init__(vocab_size=model.vocab_size, order=model.order, scale=model.scale, seed=model.seed)
         self.context, self.batcher, self.seq = context, batcher, seq
-        self.rows, self.ret, self.load, self.arrived = None, 0, (0, 0), 0
+        self.rows, self.ret, self.load, self.arrived, self.fresh = None, 0, (0, 0), 0, False
 
     def _submit(self, tokens, logits: bool) -> None:
         start = len(self._tokens)
@@ -79,6 +79,7 @@ class ScriptedSlot(ScriptedBackend):
         self.arrived = next(_ARRIVALS)
         if len(tokens):
             self._submit(tokens, logits=False)
+        self.fresh = True
 
     def forward(self, tokens, return_hidden: bool = False) -> ForwardOut:
         self.forward_calls.append(len(tokens))

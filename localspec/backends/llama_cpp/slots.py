@@ -10,7 +10,9 @@ the Session run unchanged on a slot, as on the whole backend.
 
 A batch is filled as llama-server fills one: every slot's verify window first, then prompt tokens in arrival
 order up to the batch size, so a long prompt shares each batch with the others' windows instead of holding them
-up for the whole prompt, and the first prompt to arrive is the first to be answered. Each slot learns what the
+up for the whole prompt, and the first prompt to arrive is the first to be answered. A batch that holds a
+request's first window (its first token: llama-server samples it from the prompt's own pass) takes no prompt
+tokens, so that token does not wait for another prompt's chunk. Each slot learns what the
 others put into its last batch (``batch_load``): its controller prices a window as the batch it joins. A slot
 used outside a greenlet (a test, a warm-up) decodes at once.
 """
@@ -35,6 +37,7 @@ class _Pending:
     logits: bool
     positions: Sequence[int]
     seqs: Sequence[Sequence[int]]
+    first: bool = False  # the request's first window: its first token
 
 
 class Batcher:
@@ -49,7 +52,8 @@ class Batcher:
         """Hand a slot's tokens over; returns llama_decode's code for them once they all ran (the slot's rows
         are then in ``slot.rows``)."""
         fiber, slot.ret = greenlet.getcurrent(), 0
-        mine = _Pending(slot, fiber, tokens, logits, positions, seqs)
+        mine = _Pending(slot, fiber, tokens, logits, positions, seqs, first=logits and slot.fresh)
+        slot.fresh = slot.fresh and not logits
         self.pending.append(mine)
         if fiber.parent is None:  # no scheduler above: this decode runs now, with whatever else waits
             while mine in self.pending:
@@ -65,6 +69,8 @@ class Batcher:
         windows = [p for p in self.pending if p.logits]
         prompts = sorted((p for p in self.pending if not p.logits), key=lambda p: p.slot.arrived)
         room = self.owner.n_batch - sum(len(p.tokens) for p in windows)
+        if any(p.first for p in windows):  # a first token waits for no other prompt's chunk
+            room = 0
         batch, self.pending = list(windows), []
         for p in prompts:
             if room <= 0:
@@ -133,6 +139,7 @@ class Slot:
         self.ret = 0
         self.load = (0, 0)  # the other slots' tokens and sequences in this slot's last batch
         self.arrived = 0  # when its last prompt started (prompts fill batches in that order)
+        self.fresh = False  # prefilled, its first window not yet submitted
         per = (owner.max_branches + 1 - count) // count  # each slot's share of the leaf sequences
         self._seq, self._branch0, self.max_branches = index, count + index * per, per
         self.n_ctx = owner.n_ctx // count
@@ -154,6 +161,7 @@ class Slot:
     def prefill(self, tokens, progress=None) -> None:
         self.arrived = next(_ARRIVALS)  # its prompt's place in the batches' order
         super().prefill(tokens, progress)
+        self.fresh = True
 
     def save_state(self):
         raise ConfigError("a slot keeps no conversation states (--parallel)")

@@ -13,7 +13,15 @@ from functools import cache
 from pathlib import Path
 
 from localspec.drafters.context import DrafterContext
-from localspec.drafters.table import DRAFTERS, DrafterSetup, chain_members, drafter_kind, head_drafters, runs_on
+from localspec.drafters.table import (  # noqa: F401 - head_releases: what `pull` fetches, for the command
+    DRAFTERS,
+    DrafterSetup,
+    chain_members,
+    drafter_kind,
+    head_drafters,
+    head_releases,
+    runs_on,
+)
 from localspec.errors import ConfigError, LocalspecError
 from localspec.models.registry import (
     ModelEntry,

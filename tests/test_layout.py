@@ -1,7 +1,8 @@
 """The layout's rules (docs/design.md, Layout), checked on the package's source by walking its syntax trees:
 
 - engine/ imports no drafter family, chat/, apps/ or bench/; backends/ imports no drafters/; drafters/ imports
-  no train/, bench/ or apps/; only apps/ imports apps/ (and `python -m localspec`, its door);
+  no train/, bench/, apps/ or engine/; models/ imports no drafters/ or bench/; a drafter family imports no other
+  (FAMILY_EXCEPTIONS names the one left); only apps/ imports apps/ (and `python -m localspec`, its door);
 - no module imports another module's _private name, or reads one off an imported module;
 - nothing outside backends/ reads a backend's _private attribute;
 - nothing reads a backend's attribute with getattr/hasattr (declare it on Backend or in Capabilities);
@@ -24,8 +25,15 @@ FORBIDDEN = [
         ["localspec.chat", "localspec.apps", "localspec.bench"] + [f"localspec.drafters.{f}" for f in FAMILIES],
     ),
     ("localspec.backends", ["localspec.drafters"]),
-    ("localspec.drafters", ["localspec.train", "localspec.bench", "localspec.apps"]),
+    ("localspec.drafters", ["localspec.train", "localspec.bench", "localspec.apps", "localspec.engine"]),
+    ("localspec.models", ["localspec.drafters", "localspec.bench"]),
 ]
+# a family imports no other family (what they share lives in drafters/heads/, drafters/picking.py), but:
+FAMILY_EXCEPTIONS = {
+    # MiMo's MTP layer runs on torch as an EAGLE-1 head (a subclass of Eagle1Head, driven by EagleDrafter):
+    # the one left; the EAGLE drafter and its torch head classes have yet to move into heads/
+    ("localspec.drafters.mtp.torch_head", "localspec.drafters.eagle"),
+}
 APPS_DOORS = ("localspec.apps", "localspec.__main__")
 BACKENDISH = ("backend", "target", "draft", "draft_backend", "model_backend")  # names a Backend goes by
 
@@ -73,9 +81,21 @@ def import_violations(module: str, tree: ast.AST, known: set[str]) -> list[str]:
             for importer, banned in FORBIDDEN:
                 if under(module, importer) and any(under(target, b) for b in banned):
                     found.append(f"{module}: {importer.split('.')[-1]}/ may not import {target}")
+            found += family_violation(module, target)
             if under(target, "localspec.apps") and not any(under(module, d) for d in APPS_DOORS):
                 found.append(f"{module}: only apps/ imports apps/ ({target})")
     return found
+
+
+def family_of(module: str) -> str | None:
+    return next((f for f in FAMILIES if under(module, f"localspec.drafters.{f}")), None)
+
+
+def family_violation(module: str, target: str) -> list[str]:
+    mine, theirs = family_of(module), family_of(target)
+    if mine and theirs and mine != theirs and (module, f"localspec.drafters.{theirs}") not in FAMILY_EXCEPTIONS:
+        return [f"{module}: the {mine} family may not import another family ({target})"]
+    return []
 
 
 def private_read(module: str, node: ast.AST, modules: dict[str, str]) -> str | None:
@@ -152,6 +172,26 @@ PLANTED = {
         "localspec.backends.base",
         "import localspec.drafters.ngram as ngram\n",
         "backends/ may not import localspec.drafters.ngram",
+    ),
+    "the engine in a drafter": (
+        "localspec.drafters.base",
+        "from localspec.engine.speclen import AdaptiveK\n",
+        "drafters/ may not import localspec.engine.speclen",
+    ),
+    "a drafter in models": (
+        "localspec.models.hub",
+        "def f():\n    from localspec.drafters.table import head_drafters\n",
+        "models/ may not import localspec.drafters.table",
+    ),
+    "bench in models": (
+        "localspec.models.hub",
+        "from localspec.bench import quants\n",
+        "models/ may not import localspec.bench.quants",
+    ),
+    "a family importing another": (
+        "localspec.drafters.dflash.drafter",
+        "from localspec.drafters.eagle.drafter import EagleDrafter\n",
+        "the dflash family may not import another family (localspec.drafters.eagle.drafter)",
     ),
     "apps imported from below": (
         "localspec.session",

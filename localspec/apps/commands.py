@@ -409,6 +409,8 @@ def pull_command(args) -> int:
             f"use it with --model {entry.name}"
         )
         return 0
+    from localspec.config import head_releases
+
     done = hub.pull(
         args.model,
         args.backend,
@@ -416,11 +418,20 @@ def pull_command(args) -> int:
         args.revision,
         drafts=not args.no_drafts,
         say=lambda line: print(line, file=sys.stderr, flush=True),
+        heads=head_releases(),
+        advice=_quant_advice,
     )
     for item in done:
         size = f" {item.size / 2**20:.0f} MB" if item.size else ""
         print(f"{item.name} ({item.backend}){size}: {item.path}")
     return 0
+
+
+def _quant_advice(files: list[str], quant: str | None, name: str) -> list[str]:
+    """`pull`'s advice on which quantization speculates best on this CPU (bench/quants.py, loaded only then)."""
+    from localspec.bench.quants import pull_advice
+
+    return pull_advice(files, quant, name)
 
 
 def list_command(args) -> int:

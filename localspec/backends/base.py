@@ -227,6 +227,11 @@ class Backend:
         feature_layers)."""
         raise NotImplementedError(f"the {self.name} backend cannot choose its feature layers (set_feature_layers)")
 
+    def use_mtp_features(self) -> None:
+        """Hand out as every position's hidden state what an MTP layer reads (the final hidden state after the
+        output norm) instead of chosen layers' inputs: llama.cpp's MTP and Gemma-4 assistant drafters."""
+        raise NotImplementedError(f"the {self.name} backend cannot hand out an MTP layer's input (use_mtp_features)")
+
     def set_batch_invariant(self, on: bool) -> None:
         """Compute verify windows exactly as 1-token steps from now on (backends with that capability)."""
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from localspec.errors import ConfigError
 from localspec.sampling import SamplingParams
@@ -26,7 +26,6 @@ from localspec.types import EMPTY_DRAFT, Draft, Step
 
 if TYPE_CHECKING:
     from localspec.backends.base import Backend, Capabilities
-    from localspec.engine.speclen import AdaptiveK, FixedK
     from localspec.structured.constraint import Constraint
 
 
@@ -92,13 +91,20 @@ def _lacks_features(needs: DrafterNeeds, caps: Capabilities) -> str:
     return ""
 
 
+class ChainPolicy(Protocol):
+    """What a chain asks of the turn's controller (engine/speclen's FixedK or AdaptiveK): to be told the model
+    member's cost per drafted token, so the copy member is asked first where it is cheaper."""
+
+    def chain(self, cost_per_token: float | None) -> None: ...
+
+
 @dataclass(frozen=True)
 class Turn:
     """What a drafter is told as a turn begins (``Drafter.begin``)."""
 
     sampling: SamplingParams = SamplingParams(temperature=0)  # the target's: a drafter's own q is drawn with them
     # the turn's controller (speclen), for a drafter that asks it which of its members drafts a step (a chain)
-    policy: FixedK | AdaptiveK | None = None
+    policy: ChainPolicy | None = None
     constraint: Constraint | None = None  # the answer's grammar (structured output), None: free text
 
 

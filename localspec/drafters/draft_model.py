@@ -21,12 +21,11 @@ import numpy as np
 
 from localspec.backends.base import Backend
 from localspec.drafters.base import DEFAULT_TURN, Costs, Drafter, Turn
+from localspec.drafters.picking import GREEDY, pick_token
 from localspec.errors import ConfigError
 from localspec.options import option
-from localspec.sampling import SamplingParams, sample
 from localspec.types import EMPTY_DRAFT, Draft, Step, common_prefix
 
-GREEDY = SamplingParams(temperature=0)
 CALIBRATION_TOKENS = 32  # prefilled once at load to time a catch-up per token
 TIMING_EMA = 0.3  # weight of the newest catch-up in the per-token estimate
 TIMED_CATCHUP = 16  # catch-ups at least this long update the estimate (shorter ones are mostly overhead)
@@ -141,23 +140,3 @@ class DraftModelDrafter(Drafter):
 
     def close(self) -> None:
         self.draft.close()
-
-
-def token_probability(logits: np.ndarray, token: int) -> float:
-    """The softmax probability of ``token`` under ``logits`` (temperature 1): how sure a head is of it."""
-    z = logits - logits.max()
-    e = np.exp(z)
-    return float(e[token] / e.sum())
-
-
-def pick_token(logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generator, vocab: int, q_rows: list) -> int:
-    """The drafter's token from its logits under the target's sampler settings; at temperature > 0 its
-    distribution q (a dense row over the target's vocabulary) is appended to q_rows. Greedy drafts are
-    point masses and carry no rows."""
-    if sampling.greedy:
-        return int(np.argmax(logits))
-    ids, p = sampling.distribution(logits)
-    q = np.zeros(vocab, dtype=np.float64)
-    q[ids] = p
-    q_rows.append(q)
-    return sample(p, rng, ids)

@@ -21,6 +21,7 @@ from localspec.drafters.mtp import drafter as mtp
 from localspec.drafters.multihead import medusa, mlp_speculator
 from localspec.drafters.suffix import drafter as suffix
 from localspec.errors import ConfigError
+from localspec.models.hub import HeadRelease
 from localspec.options import OptionInfo, describe
 
 ALL_BACKENDS = ("llama.cpp", "mlx", "torch")
@@ -45,9 +46,14 @@ class DrafterKind:
     role: str = ""  # in a chain (COPY+MODEL): "copy" (a free lookup) or "model" (drafting costs forwards)
     # the backends it runs on; a head drafter's are the keys of its family's per-backend loaders (HEADS)
     backends: tuple[str, ...] = ALL_BACKENDS
-    head: bool = False  # models.toml names its head per backend ([models.NAME.<drafter>]); `pull` fetches it
+    # models.toml names its head per backend ([models.NAME.<drafter>]); `pull` fetches it as this says
+    release: HeadRelease | None = None
     trains: bool = False  # `localspec train-drafter --kind NAME` makes its heads
     cluster: ClusterMethod | None = None  # what `localspec export` writes (None: no cluster engine runs it)
+
+    @property
+    def head(self) -> bool:
+        return self.release is not None
 
     @property
     def trees(self) -> bool:
@@ -71,6 +77,20 @@ class DrafterKind:
 
 def _plain(target, options, context) -> Drafter:
     return NoDrafter()
+
+
+def _weights(backend: str) -> tuple[str, ...]:
+    return ("*.gguf",) if backend == "llama.cpp" else ("*.safetensors", "*.bin", "*.pt")
+
+
+def _block_gguf(folder, target):
+    from localspec.drafters.dflash.gguf import gguf_head_for  # noqa: PLC0415 - the gguf writer, on a pull only
+
+    return gguf_head_for(folder, target)
+
+
+WEIGHTS = HeadRelease(_weights)  # EAGLE, Medusa and MLP heads: a GGUF for llama.cpp, else the weights
+BLOCKS = HeadRelease(lambda backend: ("*.safetensors", "*.gguf"), _block_gguf)  # DFlash, DSpark: converted
 
 
 DRAFTERS: dict[str, DrafterKind] = {
@@ -112,7 +132,7 @@ DRAFTERS: dict[str, DrafterKind] = {
             eagle.build,
             "model",
             tuple(eagle.HEADS),
-            head=True,
+            release=WEIGHTS,
             trains=True,
             cluster=ClusterMethod("eagle3", "EAGLE3", 4),
         ),
@@ -134,7 +154,7 @@ DRAFTERS: dict[str, DrafterKind] = {
             dflash.build,
             "model",
             tuple(dflash.HEADS),
-            head=True,
+            release=BLOCKS,
             cluster=ClusterMethod("dflash", "DFLASH", 8),  # vLLM and SGLang both run DFlash heads
         ),
         DrafterKind(
@@ -145,7 +165,7 @@ DRAFTERS: dict[str, DrafterKind] = {
             dflash.build_dspark,
             "model",
             tuple(dflash.HEADS),
-            head=True,
+            release=BLOCKS,
         ),
         DrafterKind(
             "medusa",
@@ -155,7 +175,7 @@ DRAFTERS: dict[str, DrafterKind] = {
             medusa.build,
             "model",
             tuple(medusa.HEADS),
-            head=True,
+            release=WEIGHTS,
             trains=True,
             cluster=ClusterMethod("medusa", None, 4),
         ),
@@ -167,7 +187,7 @@ DRAFTERS: dict[str, DrafterKind] = {
             mlp_speculator.build,
             "model",
             tuple(mlp_speculator.HEADS),
-            head=True,
+            release=WEIGHTS,
             trains=True,
             cluster=ClusterMethod("mlp_speculator", None, 3),
         ),
@@ -201,6 +221,11 @@ def drafter_kind(name: str) -> DrafterKind:
 def head_drafters() -> tuple[str, ...]:
     """The drafters whose heads models.toml names per backend."""
     return tuple(kind.name for kind in DRAFTERS.values() if kind.head)
+
+
+def head_releases() -> dict[str, HeadRelease]:
+    """How `pull` fetches each head drafter's heads (models/hub.py)."""
+    return {kind.name: kind.release for kind in DRAFTERS.values() if kind.release is not None}
 
 
 def chain_members(name: str) -> tuple[DrafterKind, ...]:

@@ -13,6 +13,7 @@ import hashlib
 import platform
 import re
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,15 @@ SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 class HubError(LocalspecError):
     """A download failed: offline, missing repo or file, or a checksum mismatch."""
+
+
+@dataclass(frozen=True)
+class HeadRelease:
+    """How a drafter's heads are published (its row of the drafter table says): the files to fetch for a target
+    backend, and for llama.cpp the conversion of a release that has no GGUF (None: it needs none)."""
+
+    files: Callable[[str], tuple[str, ...]]
+    to_gguf: Callable[[Path, Path], Path] | None = None
 
 
 @dataclass(frozen=True)
@@ -74,8 +84,11 @@ def pull(
     drafts: bool = True,
     registry: Registry | None = None,
     say=print,
+    heads: Mapping[str, HeadRelease] | None = None,
+    advice: Callable[[list[str], str | None, str], list[str]] | None = None,
 ) -> list[Pulled]:
-    """Download an alias (and, unless drafts=False, its recommended draft model and EAGLE head)."""
+    """Download an alias (and, unless drafts=False, its recommended draft model and the heads models.toml names
+    for the drafters of ``heads``); ``advice``: which quantization speculates best here, said first on a CPU."""
     registry = registry or load_registry()
     entry = registry.get(name)
     backend = backend or default_backend(entry)
@@ -84,7 +97,7 @@ def pull(
             f"model {name!r} has no {backend} source in models.toml (sources: {', '.join(entry.sources())})"
         )
     if backend == "llama.cpp" and len(entry.gguf_files) > 1:
-        for line in _quant_advice(entry, quant):
+        for line in _quant_advice(entry, quant, advice):
             say(line)
     done = [_pull_one(entry, backend, quant, revision, say)]
     if drafts:
@@ -92,12 +105,10 @@ def pull(
             d = registry.get(draft)
             if backend in d.sources():
                 done.append(_pull_one(d, backend, None, None, say))
-        from localspec.drafters.table import head_drafters
-
-        for drafter in head_drafters():
+        for drafter, release in (heads or {}).items():
             head = entry.head(drafter, backend)
             if head:
-                done.append(_pull_head(entry, drafter, head, backend, done[0].path, say))
+                done.append(_pull_head(entry, drafter, release, head, backend, done[0].path, say))
         assistant = entry.assistant_file(backend)
         if assistant:
             repo, file = assistant
@@ -107,33 +118,27 @@ def pull(
     return done
 
 
-def _quant_advice(entry: ModelEntry, quant: str | None) -> list[str]:
-    """quants.py's advice on a CPU-only machine; a pull goes on without it whatever goes wrong there (a
-    llama-cpp-python that does not load, a damaged file of measurements)."""
+def _quant_advice(entry: ModelEntry, quant: str | None, advice) -> list[str]:
+    """The advice (bench/quants.py's) on a CPU-only machine; a pull goes on without it whatever goes wrong there
+    (a llama-cpp-python that does not load, a damaged file of measurements)."""
     try:
-        if not cpu_only():
+        if advice is None or not cpu_only():
             return []
-        from localspec.bench.quants import pull_advice
-
-        return pull_advice(list(entry.gguf_files), quant or entry.gguf_quant, entry.name)
+        return advice(list(entry.gguf_files), quant or entry.gguf_quant, entry.name)
     except Exception:  # the advice is optional; the download is what was asked for
         return []
 
 
-def _pull_head(entry: ModelEntry, drafter: str, repo: str, backend: str, target: Path, say) -> Pulled:
-    """A drafter head: EAGLE heads were released as pytorch_model.bin as well as safetensors, and for
-    llama.cpp as one GGUF; Medusa heads as medusa_lm_head.pt or safetensors, MLP speculators as safetensors
-    (torch only); DFlash/DSpark heads as safetensors, which a llama.cpp target gets converted into
-    localspec's cache here (once), so the first chat does not wait for it."""
+def _pull_head(
+    entry: ModelEntry, drafter: str, release: HeadRelease, repo: str, backend: str, target: Path, say
+) -> Pulled:
+    """A drafter's head, as its release says: EAGLE heads come as one GGUF for llama.cpp and as safetensors or
+    pytorch_model.bin otherwise, DFlash/DSpark heads as safetensors, which a llama.cpp target gets converted
+    into localspec's cache here (once), so the first chat does not wait for it."""
     say(f"{drafter} head {repo}")
-    if drafter in ("eagle", "medusa", "mlp"):
-        files = ("*.gguf",) if backend == "llama.cpp" else ("*.safetensors", "*.bin", "*.pt")
-        return Pulled(f"{entry.name} {drafter}", backend, _snapshot(repo, None, say, files), 0)
-    folder = _snapshot(repo, None, say, ("*.safetensors", "*.gguf"))
-    if backend == "llama.cpp" and not list(folder.glob("*.gguf")):
-        from localspec.drafters.dflash.gguf import gguf_head_for
-
-        converted = gguf_head_for(folder, target)
+    folder = _snapshot(repo, None, say, release.files(backend))
+    if backend == "llama.cpp" and release.to_gguf is not None and not list(folder.glob("*.gguf")):
+        converted = release.to_gguf(folder, target)
         say(f"{drafter} head converted for llama.cpp: {converted}")
         return Pulled(f"{entry.name} {drafter}", backend, converted, converted.stat().st_size)
     return Pulled(f"{entry.name} {drafter}", backend, folder, 0)

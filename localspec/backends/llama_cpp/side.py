@@ -12,6 +12,8 @@ import numpy as np
 from localspec.errors import ModelError
 
 ENCODE, DECODE = 0, 1  # enum llama_process_type
+GGML_F32 = 0  # enum ggml_type
+FLASH_ATTN_OFF = 0  # enum llama_flash_attn_type
 
 
 def side_metadata(path, arch: str, what: str, how: str) -> tuple:

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from localspec.drafters.base import DEFAULT_TURN, Drafter, DrafterNeeds, Turn, check_fit, head_for
-from localspec.drafters.draft_model import GREEDY, pick_token, token_probability
-from localspec.drafters.eagle.drafter import eagle_folder
 from localspec.drafters.feature_feed import FeatureFeed, FedByFeatures
+from localspec.drafters.heads.files import head_folder
+from localspec.drafters.picking import GREEDY, pick_token, token_probability
 from localspec.errors import ConfigError
 from localspec.options import option
 from localspec.types import EMPTY_DRAFT, Draft
@@ -63,15 +63,15 @@ def _build(cls, target, options: DFlashOptions, context) -> DFlashDrafter:
 def load_head(spec: str, target):
     """The head for the target's backend (``HEADS``): torch reads the Hugging Face layout, llama.cpp a dflash
     GGUF."""
-    from localspec.drafters.eagle.llama_head import is_gguf_head
+    from localspec.drafters.heads.files import is_gguf_head
 
-    path = Path(spec).expanduser() if is_gguf_head(spec) else eagle_folder(spec)
+    path = Path(spec).expanduser() if is_gguf_head(spec) else head_folder(spec)
     return head_for(HEADS, target, "DFlash/DSpark heads")(path, target)
 
 
 def _torch_head(path: Path, target):
     from localspec.drafters.dflash.torch_head import TorchDFlashHead
-    from localspec.drafters.eagle.llama_head import is_gguf_head
+    from localspec.drafters.heads.files import is_gguf_head
 
     if is_gguf_head(path):
         raise ConfigError(f"{path.name}: on torch a DFlash head is a Hugging Face folder, not a GGUF file")
@@ -81,7 +81,7 @@ def _torch_head(path: Path, target):
 def _llama_head(path: Path, target):
     from localspec.drafters.dflash.gguf import gguf_head_for
     from localspec.drafters.dflash.llama_head import LlamaDFlashHead
-    from localspec.drafters.eagle.llama_head import is_gguf_head
+    from localspec.drafters.heads.files import is_gguf_head
 
     if not is_gguf_head(path):
         path = gguf_head_for(path, target.path)

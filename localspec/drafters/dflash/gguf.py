@@ -30,7 +30,7 @@ from localspec.drafters.dflash.layout import (
     load_state,
     read_config,
 )
-from localspec.drafters.eagle.gguf import TYPES, copy_tokenizer, head_header, rope_factors, scalar
+from localspec.drafters.heads.gguf import TYPES, copy_tokenizer, head_header, rope_factors, scalar
 from localspec.errors import ConfigError, ModelError
 from localspec.places import cache_root
 

@@ -18,9 +18,16 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.backends.llama_cpp.side import DECODE, SideContext, embd, side_metadata, side_params
+from localspec.backends.llama_cpp.side import (
+    DECODE,
+    FLASH_ATTN_OFF,
+    GGML_F32,
+    SideContext,
+    embd,
+    side_metadata,
+    side_params,
+)
 from localspec.drafters.dflash.layout import DFlashLayout
-from localspec.drafters.eagle.llama_head import FLASH_ATTN_OFF, GGML_F32
 from localspec.errors import ConfigError, ModelError
 
 

@@ -27,7 +27,7 @@ from localspec.drafters.dflash.layout import (
     load_state,
     read_config,
 )
-from localspec.drafters.eagle.torch_head import half_scores
+from localspec.drafters.heads.torch_ops import half_scores
 from localspec.errors import ConfigError, ModelError
 
 

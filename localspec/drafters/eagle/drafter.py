@@ -27,9 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from localspec.drafters.base import DEFAULT_TURN, Drafter, DrafterNeeds, Turn, check_fit, head_for
-from localspec.drafters.draft_model import GREEDY, pick_token
 from localspec.drafters.eagle.torch_head import TREE_SLOTS, head_summary, load_eagle_head
 from localspec.drafters.feature_feed import FeatureFeed, FedByFeatures
+from localspec.drafters.heads.files import head_folder, is_gguf_head
+from localspec.drafters.picking import GREEDY, pick_token
 from localspec.errors import ConfigError
 from localspec.options import option
 from localspec.types import EMPTY_DRAFT, Draft
@@ -60,23 +61,7 @@ def build(target, options: EagleOptions, context) -> EagleDrafter:
             "pytorch_model.bin or model.safetensors; on llama.cpp an eagle3 GGUF, which `localspec convert-eagle` "
             "writes; `localspec train-eagle` makes a head)"
         )
-    return EagleDrafter(target, eagle_folder(options.head), context.seed, tree_nodes=options.tree)
-
-
-def eagle_folder(spec: str) -> Path:
-    """A head folder on disk, or a Hub repo id already downloaded into the Hugging Face cache."""
-    path = Path(spec).expanduser()
-    if path.exists() or spec.startswith((".", "/", "~")) or spec.count("/") != 1:
-        return path
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(spec, local_files_only=True))
-    except Exception as exc:
-        raise ConfigError(
-            f"EAGLE head {spec!r} is neither a folder nor a downloaded Hub repo ({type(exc).__name__}); "
-            f"`localspec pull MODEL --backend torch` downloads a model's head"
-        ) from exc
+    return EagleDrafter(target, head_folder(options.head), context.seed, tree_nodes=options.tree)
 
 
 class EagleDrafter(FedByFeatures, Drafter):
@@ -201,7 +186,7 @@ class EagleDrafter(FedByFeatures, Drafter):
 
 def _llama_head(path: Path, target):
     """An EAGLE-3 head for a llama.cpp target: a GGUF file of architecture eagle3 (eagle_llama.py)."""
-    from localspec.drafters.eagle.llama_head import LlamaEagle3Head, is_gguf_head
+    from localspec.drafters.eagle.llama_head import LlamaEagle3Head
 
     if path.is_dir():  # a downloaded repo holding the GGUF head
         found = sorted(path.glob("*.gguf"))

@@ -24,11 +24,18 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.backends.llama_cpp.side import DECODE, ENCODE, SideContext, embd, side_metadata, side_params
+from localspec.backends.llama_cpp.side import (
+    DECODE,
+    ENCODE,
+    FLASH_ATTN_OFF,
+    GGML_F32,
+    SideContext,
+    embd,
+    side_metadata,
+    side_params,
+)
 from localspec.errors import ConfigError, ModelError
 
-GGML_F32 = 0  # enum ggml_type
-FLASH_ATTN_OFF = 0  # enum llama_flash_attn_type
 TREE_SEQS = 63  # expanded tree nodes the head's cache holds (a sequence each, beside sequence 0)
 SLACK = TREE_SEQS + 1  # head cache cells past the target's context (a drafted chain or tree)
 
@@ -42,15 +49,6 @@ class HeadOut:
 
     def __getitem__(self, index) -> HeadOut:
         return HeadOut(self.hidden[index], self.logits[index])
-
-
-def is_gguf_head(spec: str | Path) -> bool:
-    """True for a GGUF file (a llama.cpp head), False for a folder (the Hugging Face layout) or anything else."""
-    try:
-        with Path(spec).expanduser().open("rb") as f:
-            return f.read(4) == b"GGUF"
-    except OSError:
-        return False
 
 
 class LlamaEagle3Head(SideContext):

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from localspec.drafters.base import DEFAULT_TURN, Costs, Drafter, DrafterNeeds, Turn, head_for
-from localspec.drafters.draft_model import GREEDY, pick_token, token_probability
+from localspec.drafters.picking import GREEDY, pick_token, token_probability
 from localspec.errors import ConfigError, ModelError
 from localspec.models.registry import hf_cached, hub_file
 from localspec.options import option

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from localspec.drafters.base import DEFAULT_TURN, UNTIMED, Costs, Drafter, DrafterNeeds, Turn, check_fit, head_for
-from localspec.drafters.draft_model import GREEDY, pick_token, token_probability
+from localspec.drafters.picking import GREEDY, pick_token, token_probability
 from localspec.errors import ConfigError, ModelError
 from localspec.types import Draft, Step
 
@@ -124,7 +124,7 @@ class MultiHeadDrafter(Drafter):
 def build_with_heads(target, options, context, drafter: type[MultiHeadDrafter], heads: Mapping, what: str):
     """The drafter with its heads from ``options.head`` (a folder or a downloaded repo), loaded by the loader
     ``heads`` (backend name -> loader) lists for the target's backend."""
-    from localspec.drafters.eagle.drafter import eagle_folder
+    from localspec.drafters.heads.files import head_folder
 
     name = drafter.name
     if target is None:
@@ -135,7 +135,7 @@ def build_with_heads(target, options, context, drafter: type[MultiHeadDrafter], 
             f"--drafter {name} needs --{name}-head FOLDER|REPO ({what}; `localspec train-drafter --kind {name}` "
             f"makes one)"
         )
-    return drafter(target, load(eagle_folder(options.head), target), context.seed, tree_nodes=options.tree)
+    return drafter(target, load(head_folder(options.head), target), context.seed, tree_nodes=options.tree)
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:

@@ -3,7 +3,8 @@ support/slots.py: windows first, then prompts in arrival order, chunked at the b
 window (its first token) in a batch without another prompt's chunk, as llama-server's first token comes out of
 the prompt's own pass."""
 
-from support.fakes import ScriptedBackend
+import numpy as np
+from support.fakes import DistributionDrafter, ScriptedBackend
 from support.slots import scripted_slots
 
 from localspec.drafters.base import NoDrafter
@@ -11,6 +12,7 @@ from localspec.engine.loop import generate
 from localspec.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0)
+SAMPLED = SamplingParams(temperature=1.0)
 
 
 def run_two(short: list[int], long: list[int]):
@@ -51,3 +53,32 @@ def test_windows_go_first_and_prompts_fill_what_is_left():
         kinds = [logits for _, logits, _ in batch]
         assert kinds == sorted(kinds, reverse=True), "a prompt's chunk before a window"
         assert sum(n for *_, n in batch) <= 8
+
+
+def test_a_slot_is_told_the_others_tokens_but_not_their_drafts():
+    """Each slot prices its draft against the others decoding plainly: a window beside another slot's window of 3
+    (its pending token and 2 drafted) is told of 1 token of 1 sequence, so no slot drafts because the others did."""
+    model = ScriptedBackend(vocab_size=6, seed=3)
+    slots, context, fibers = scripted_slots(model, 2, n_batch=16)
+    loads = {0: [], 1: []}
+    for i, slot in enumerate(slots):
+        forward = slot.forward
+
+        def watched(tokens, return_hidden=False, i=i, slot=slot, forward=forward):
+            out = forward(tokens, return_hidden)
+            loads[i].append((len(tokens), slot.batch_load()))
+            return out
+
+        slot.forward = watched
+        drafter, rng = DistributionDrafter(6, k=2), np.random.default_rng(i)
+        fibers.start(
+            lambda slot=slot, d=drafter, rng=rng: generate(
+                slot, d, [0, 1, 2, 1], SAMPLED, max_tokens=4, draft_tokens=2, rng=rng
+            )
+        )
+    while fibers.live:
+        fibers.step()
+    shared = [b for b in context.batches if [logits for _, logits, _ in b] == [True, True]]
+    assert any(n == 3 for b in shared for *_, n in b), "no batch held a drafted window beside another"
+    told = {load for i in loads for _, load in loads[i]}
+    assert (1, 1) in told and told <= {(1, 1), (0, 0)}, told  # beside the other's window, or alone

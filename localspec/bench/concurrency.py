@@ -33,14 +33,15 @@ from localspec.session import Request, Session
 from localspec.slots import slot_refusal, slot_sessions
 
 NOTES = [
-    "aggregate_tok_s: every request's generated tokens over the round's wall time (the round starts when the "
-    "first request is sent and ends with the last answer); per system the median over rounds",
+    "aggregate_tok_s: generated tokens over wall time, pooled over the rounds (a round starts when its first "
+    "request is sent and ends with its last answer); median_round_tok_s: the median round's",
     "localspec at N >= 2 runs as `serve --parallel N` (slots of one context, every step in one batch); at N = 1 "
     "as `serve` runs by default (one session). llama-server runs -np N with N times the per-slot context",
     "ttft_s: localspec, the first token's time after the round started; llama-server (answers not streamed), "
     "the request's time minus its predicted_ms (queue, prefill and first token)",
     "ratio_to_plain: aggregate tok/s over that system's own plain at the same N (none, server:plain); "
-    "over_best_server: over the best llama-server type at the same N",
+    "over_best_server: over the best llama-server type's at the same N; over_best_server_per_round: the mean "
+    "over rounds of each round's aggregate over that round's best server type",
 ]
 
 
@@ -208,25 +209,37 @@ def _peer(server, session: Session, n: int) -> Callable:
 
 
 def summarize_level(rounds: list[dict]) -> dict:
-    """Per system: median aggregate tok/s over rounds, the requests' ttft p50/p95 and decode tok/s p50, and the
-    ratios to its own plain and to the best server type."""
+    """Per system: aggregate tok/s pooled over the rounds (all tokens over all their wall time: the workload's
+    throughput; a median over rounds of different cases would pick one case), the median round, the requests'
+    ttft p50/p95 and decode tok/s p50, and the ratios to its own plain and to the best server type, pooled and
+    as the mean over rounds of each round's ratio (the same cases on both sides)."""
     labels = list(rounds[0]["systems"]) if rounds else []
     out = {}
     for label in labels:
-        requests = [q for r in rounds for q in r["systems"][label]["requests"]]
+        mine = [r["systems"][label] for r in rounds]
+        requests = [q for s in mine for q in s["requests"]]
         ttft = sorted(q["ttft_s"] for q in requests if q["ttft_s"] is not None)
         out[label] = {
-            "aggregate_tok_s": round(statistics.median(r["systems"][label]["aggregate_tok_s"] for r in rounds), 2),
+            "aggregate_tok_s": round(sum(s["tokens"] for s in mine) / sum(s["wall_s"] for s in mine), 2),
+            "median_round_tok_s": round(statistics.median(s["aggregate_tok_s"] for s in mine), 2),
             "ttft_p50_s": round(statistics.median(ttft), 3) if ttft else None,
             "ttft_p95_s": ttft[min(len(ttft) - 1, round(0.95 * (len(ttft) - 1)))] if ttft else None,
             "decode_tok_s_p50": round(statistics.median(q["decode_tok_s"] for q in requests), 2),
         }
-    servers = [v["aggregate_tok_s"] for k, v in out.items() if k.startswith(SERVER)]
+    servers = [label for label in labels if label.startswith(SERVER)]
+    best = max((out[label]["aggregate_tok_s"] for label in servers), default=None)
     for label, row in out.items():
         plain = out.get(plain_of(label))
         row["ratio_to_plain"] = round(row["aggregate_tok_s"] / plain["aggregate_tok_s"], 3) if plain else None
-        row["over_best_server"] = round(row["aggregate_tok_s"] / max(servers), 3) if servers else None
+        row["over_best_server"] = round(row["aggregate_tok_s"] / best, 3) if best else None
+        row["over_best_server_per_round"] = (
+            round(statistics.mean(_round_ratio(r, label, servers) for r in rounds), 3) if servers else None
+        )
     return out
+
+
+def _round_ratio(row: dict, label: str, servers: list[str]) -> float:
+    return row["systems"][label]["aggregate_tok_s"] / max(row["systems"][s]["aggregate_tok_s"] for s in servers)
 
 
 def format_tables(report: dict) -> str:
@@ -234,14 +247,15 @@ def format_tables(report: dict) -> str:
     lines = []
     for n, summary in report["summary"].items():
         lines += [
-            f"\n{n} request{'s' if n != 1 else ''} at once",
-            f"{'system':<22}{'aggregate tok/s':>16}{'x own plain':>12}{'x best server':>14}"
+            f"\n{n} request{'s' if int(n) != 1 else ''} at once",
+            f"{'system':<22}{'aggregate tok/s':>16}{'x own plain':>12}{'x best server':>14}{'per round':>10}"
             f"{'ttft p50 s':>11}{'ttft p95 s':>11}{'req tok/s p50':>14}",
         ]
         for label, row in summary.items():
             lines.append(
                 f"{label:<22}{row['aggregate_tok_s']:>16.1f}{_fmt(row['ratio_to_plain']):>12}"
-                f"{_fmt(row['over_best_server']):>14}{_fmt(row['ttft_p50_s']):>11}{_fmt(row['ttft_p95_s']):>11}"
+                f"{_fmt(row['over_best_server']):>14}{_fmt(row['over_best_server_per_round']):>10}"
+                f"{_fmt(row['ttft_p50_s']):>11}{_fmt(row['ttft_p95_s']):>11}"
                 f"{row['decode_tok_s_p50']:>14.1f}"
             )
     return "\n".join(lines)

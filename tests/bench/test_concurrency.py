@@ -34,11 +34,11 @@ def request(tokens, ttft, tok_s):
     return {"tokens": tokens, "ttft_s": ttft, "decode_tok_s": tok_s}
 
 
-def test_the_summary_takes_medians_over_rounds_and_ratios_to_each_systems_plain_and_the_best_server():
+def test_the_summary_pools_rounds_and_takes_ratios_to_each_systems_plain_and_the_best_server():
     def system(aggregate, *requests):
-        return {"aggregate_tok_s": aggregate, "requests": list(requests)}
+        return {"aggregate_tok_s": aggregate, "tokens": aggregate * 10, "wall_s": 10.0, "requests": list(requests)}
 
-    figures = {  # per system: each round's aggregate, and its one request's (ttft, decode tok/s)
+    figures = {  # per system: each round's aggregate (10 s each), and its one request's (ttft, decode tok/s)
         "none": [(10, 1.0, 20), (14, 3.0, 22), (12, 2.0, 24)],
         "suffix": [(30, 0.5, 40), (20, 1.5, 30), (25, 1.0, 35)],
         "server:plain": [(12, 0.9, 21), (14, 1.1, 23), (13, 1.0, 25)],
@@ -48,11 +48,16 @@ def test_the_summary_takes_medians_over_rounds_and_ratios_to_each_systems_plain_
         {"systems": {label: system(rows[r][0], request(5, *rows[r][1:])) for label, rows in figures.items()}}
         for r in range(3)
     ]
+    rounds[2]["systems"]["none"]["wall_s"] = 30.0  # a slow round weighs by its time in the pooled figure
     out = summarize_level(rounds)
-    assert out["none"]["aggregate_tok_s"] == 12 and out["suffix"]["aggregate_tok_s"] == 25
-    assert out["suffix"]["ratio_to_plain"] == round(25 / 12, 3)
+    assert (
+        out["none"]["aggregate_tok_s"] == round((100 + 140 + 120) / 50, 2) and out["none"]["median_round_tok_s"] == 12
+    )
+    assert out["suffix"]["aggregate_tok_s"] == 25 and out["server:ngram-mod"]["aggregate_tok_s"] == 25
+    assert out["suffix"]["ratio_to_plain"] == round(25 / 7.2, 3)
     assert out["server:ngram-mod"]["ratio_to_plain"] == round(25 / 13, 3)  # over the server's own plain
-    assert out["suffix"]["over_best_server"] == 1.0 and out["none"]["over_best_server"] == round(12 / 25, 3)
+    assert out["suffix"]["over_best_server"] == 1.0 and out["none"]["over_best_server"] == round(7.2 / 25, 3)
+    assert out["suffix"]["over_best_server_per_round"] == round((30 / 20 + 20 / 25 + 25 / 30) / 3, 3)
     assert out["suffix"]["ttft_p50_s"] == 1.0 and out["suffix"]["ttft_p95_s"] == 1.5
     assert out["none"]["decode_tok_s_p50"] == 22
     table = format_tables({"summary": {2: out}})

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from localspec.drafters.table import chain_members
 from localspec.engine.baseline import PlainBaseline
 from localspec.engine.fibers import Fibers
 from localspec.errors import ConfigError
@@ -36,22 +37,32 @@ def slot_refusal(name: str, needs, exact: bool = False, alone: str = "--parallel
     return f"the {name} drafter {why}; use {alone}, or the suffix or ngram drafter"
 
 
-def slot_sessions(session: Session, count: int, **options):
-    """``count`` sessions over slots of ``session``'s model, and the Fibers that run them side by side;
-    ``options`` replace options of each slot's drafter (bench: a scratch suffix cache)."""
-    refusal = slot_refusal(session.drafter.name, session.drafter.needs, session.exact)
+def named_refusal(name: str, exact: bool = False, alone: str = "--parallel 1") -> str | None:
+    """slot_refusal for the drafter (or chain) ``name`` by its table row, before any is built."""
+    return next(filter(None, (slot_refusal(name, k.drafter.needs, exact, alone) for k in chain_members(name))), None)
+
+
+def slot_sessions(session: Session, count: int, drafter: str | None = None, **options):
+    """``count`` sessions over slots of ``session``'s model, and the Fibers that run them side by side; each slot
+    drafts with ``drafter`` (default: the session's), ``options`` replacing its options (bench: a scratch
+    suffix cache)."""
+    if drafter is None:
+        drafter = session.drafter.name
+        refusal = slot_refusal(drafter, session.drafter.needs, session.exact)
+    else:
+        refusal = named_refusal(drafter, session.exact)
     if refusal:
         raise ConfigError(refusal)
     backends, flush = session.backend.slots(count)
     sessions, seeds = [], session.rng.integers(2**63, size=count)
     try:
         for backend, seed in zip(backends, seeds, strict=True):
-            drafter = session.drafters.build(session.drafter.name, backend, **options)
+            built = session.drafters.build(drafter, backend, **options)
             sessions.append(
                 replace(
                     session,
                     backend=backend,
-                    drafter=drafter,
+                    drafter=built,
                     speclen=copy.deepcopy(session.speclen),  # what the session learnt so far; then its own
                     plain=PlainBaseline(),
                     states=None,

@@ -278,6 +278,8 @@ def _bench_concurrency(args) -> int:
     from localspec.fileio import atomic_write
 
     levels = concurrency.parse_levels(args.concurrency)
+    if args.plot:
+        raise LocalspecError("--plot draws the one-request-at-a-time report; --concurrency prints tables and --json")
     settings = _settings(args)
     cases = _bench_cases(args, load_cases(args.prompts), settings.max_tokens) * max(1, args.repeats)
     binary = peer_binary(args.peer) if args.peer else None  # a missing peer fails before the model loads

@@ -27,10 +27,9 @@ from pathlib import Path
 from localspec.bench.peer import running
 from localspec.bench.run import SERVER, parse_method, peer_config, plain_of
 from localspec.config import Settings
-from localspec.drafters.table import chain_members
 from localspec.errors import ConfigError
 from localspec.session import Request, Session
-from localspec.slots import slot_refusal, slot_sessions
+from localspec.slots import named_refusal, slot_sessions
 
 NOTES = [
     "aggregate_tok_s: generated tokens over wall time, pooled over the rounds (a round starts when its first "
@@ -74,10 +73,9 @@ def run_concurrency(
         methods.insert(0, ("none", "none", 1))  # plain: the baseline
     if max(levels) > 1:  # refused before anything loads, not after the first level ran
         for _, name, _ in methods:
-            for kind in chain_members(name):
-                refusal = slot_refusal(name, kind.drafter.needs, settings.exact, alone="--concurrency 1")
-                if refusal:
-                    raise ConfigError(f"--concurrency {max(levels)}: {refusal}")
+            refusal = named_refusal(name, settings.exact, alone="--concurrency 1")
+            if refusal:
+                raise ConfigError(f"--concurrency {max(levels)}: {refusal}")
     progress(
         f"localspec bench — {settings.model}; {len(cases)} requests at {','.join(map(str, levels))} at once"
         + (f"; peer {peer_binary}" if peer_binary else "")
@@ -142,12 +140,12 @@ def _localspec(session: Session, name: str, k, n: int, scratch: Path) -> Callabl
     options = {"cache_dir": str(scratch)} if "suffix" in name.split("+") else {}
 
     def answer(prompts, caps, seeds) -> list[dict]:
-        session.set_drafter(session.drafters.build(name, session.backend, **options))
         session.set_draft_tokens(k)
         session.backend.truncate(0)
         if n == 1:
+            session.set_drafter(session.drafters.build(name, session.backend, **options))
             return [_answer(session, prompts[0], caps[0], seeds[0], time.perf_counter())]
-        slots, fibers = slot_sessions(session, n, **options)
+        slots, fibers = slot_sessions(session, n, name, **options)  # each slot builds its own drafter
         rows, t0 = [None] * n, time.perf_counter()
         try:
             for i, slot in enumerate(slots):

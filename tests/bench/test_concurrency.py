@@ -93,3 +93,9 @@ def test_bench_concurrency_runs_slots_beside_the_peer_with_np_n(tmp_path, fake):
 def test_a_drafter_slots_cannot_run_is_refused_before_the_model_loads():
     result = run_cli("bench", "--concurrency", "1,4", "--drafters", "eagle", "--model", "/nonexistent.gguf")
     assert_one_line_error(result, "--concurrency 4", "eagle drafter reads the target's features")
+
+
+def test_a_plot_is_refused_with_concurrency_rather_than_left_undrawn(tmp_path):
+    result = run_cli("bench", "--concurrency", "2", "--plot", str(tmp_path / "x.png"))
+    assert_one_line_error(result, "--plot", "--concurrency")
+    assert not (tmp_path / "x.png").exists()

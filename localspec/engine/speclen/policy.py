@@ -29,7 +29,8 @@ Two kinds of drafter are handled differently:
   short draft.
 
 Beside other sequences (`serve --parallel`: every slot's window in one forward pass) a window is priced as
-the batch it joins: with B other tokens from S other sequences in the pass, the controller maximises the
+the batch it joins: with B other tokens from S other sequences in the pass (their prompt tokens, and one token
+per window: the others' drafts left out, backends/llama_cpp/slots.py), the controller maximises the
 pass's tokens, (E(L) + S) / T_B(L) with T_B(L) = overhead + draft(L) + verify(L + 1 + B) — a draft token
 then costs what it adds to a shared pass, which on a CPU is about a lone step, so drafting narrows or stops
 under load and comes back when the sequence runs alone. A shared pass's timing teaches the cost curve nothing

@@ -121,11 +121,8 @@ def test_greedy_output_is_plain_decodings_over_long_contexts_and_turns(backend, 
         assert first == plain_first, f"{label}: turn 1 differs at token {first_difference(plain_first, first)}"
         second = greedy_run(backend, second_prompt, drafter, draft_tokens="auto", max_tokens=64, fresh=False)
         assert second == plain_second, f"{label}: turn 2 differs at token {first_difference(plain_second, second)}"
-    fast = [
-        greedy_run(backend, first_prompt, NgramDrafter(1, 3), draft_tokens=k, exact=False, max_tokens=96)
-        for k in (2, 8, 16)
-    ]
-    assert all(len(f) for f in fast)  # the default kernels run too (their output may differ: no assertion)
+    fast = greedy_run(backend, first_prompt, NgramDrafter(1, 3), draft_tokens=8, exact=False, max_tokens=96)
+    assert len(fast) == 96  # the default kernels run too (their tokens may differ at near-ties: not compared)
 
 
 def test_truncate_and_continue_gives_the_logits_of_a_fresh_prefill(backend):

@@ -134,7 +134,7 @@ def test_eagle_sampling_matches_the_targets_distribution(tmp_path, version, tree
     if version == 1:
         write_eagle_head(tmp_path / "head", backend, "bin", with_embed=True)
     else:
-        write_eagle3_head(tmp_path / "head", backend, draft_vocab=5)
+        write_eagle3_head(tmp_path / "head", backend, draft_vocab=5, layer_ids=[-1, 0, 1])
     drafter = EagleDrafter(backend, tmp_path / "head", seed=3, tree_nodes=tree, tree_width=2)
     rng, counts, accepted = np.random.default_rng(7), {}, 0
     for _ in range(SAMPLES):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from localspec.apps.commands import _stream  # noqa: E402
+from localspec.apps.cli.common import stream_answer  # noqa: E402
 from localspec.apps.tui.app import ChatApp  # noqa: E402
 from localspec.backends.llama_cpp.backend import LlamaCppBackend  # noqa: E402
 from localspec.chat.conversation import Conversation  # noqa: E402
@@ -65,7 +65,7 @@ def one_run(mode: str, model: str, drafter: str, tokens: int) -> float:
         conversation = Conversation()
         conversation.add("user", PROMPT)
         with open_session() as session:
-            return _stream(session, conversation, None)[1].decode_tps
+            return stream_answer(session, conversation, None)[1].decode_tps
     import localspec.apps.tui.app as app_module
 
     for knob in ("UPDATE_S", "STATS_S", "MARKDOWN_S"):  # experiments: BENCH_UPDATE_S=1000 etc.

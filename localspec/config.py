@@ -143,7 +143,7 @@ class _Rows:
 
 
 def settings_from_args(args, registry: Registry | None = None) -> Settings:
-    """The run's settings from parsed command-line arguments (cli.py), models.toml and the defaults."""
+    """The run's settings from parsed command-line arguments (apps/cli/), models.toml and the defaults."""
     registry = registry or load_models()
     rows = _Rows()
     flag = _flags(args)

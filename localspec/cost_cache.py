@@ -76,6 +76,15 @@ class CostCache(KeyedCache):
         if costs.get("verify_s"):
             super().save(costs)
 
+    @classmethod
+    def of(cls, backend, invariant: bool) -> CostCache:
+        """The curve for ``backend`` (Backend.cost_key) and the kernels in use: batch-invariant windows cost more
+        than the default kernels' (localspec/backends/llama_cpp/exact.py), so each has its own."""
+        key = None if cache_disabled() else backend.cost_key()
+        if key is not None and invariant:
+            key += "|batch-invariant kernels"
+        return cls(key)
+
 
 def cache_disabled() -> bool:
     """LOCALSPEC_NO_COST_CACHE=1: measure afresh every session (benchmarks of the cold start)."""

@@ -48,9 +48,9 @@ def slot_sessions(session: Session, count: int, drafter: str | None = None, **op
     suffix cache)."""
     if drafter is None:
         drafter = session.drafter.name
-        refusal = slot_refusal(drafter, session.drafter.needs, session.exact)
+        refusal = slot_refusal(drafter, session.drafter.needs, session.exact.on)
     else:
-        refusal = named_refusal(drafter, session.exact)
+        refusal = named_refusal(drafter, session.exact.on)
     if refusal:
         raise ConfigError(refusal)
     backends, flush = session.backend.slots(count)

@@ -9,7 +9,8 @@ from support.fakes import ScriptedBackend, step_of
 from localspec.chat.conversation import Conversation
 from localspec.cost_cache import CostCache
 from localspec.drafters.ngram import NgramDrafter
-from localspec.engine.speclen import AdaptiveK
+from localspec.engine.exact import Exact
+from localspec.engine.speclen import AdaptiveK, make_policy
 from localspec.sampling import SamplingParams
 from localspec.session import Session
 
@@ -56,7 +57,7 @@ def test_a_session_saves_its_curve_after_each_turn_and_the_next_one_starts_from_
     def session():
         s = Session(backend, NgramDrafter(), SamplingParams(temperature=0), "scripted", max_tokens=40)
         s.costs = CostCache(key, tmp_path)
-        s.speclen = s.new_policy("auto")
+        s.speclen = make_policy("auto", s.costs.load())
         return s
 
     first = session()
@@ -97,19 +98,18 @@ def test_exact_and_fast_turns_plan_on_their_own_kernels_cost_curves(tmp_path, mo
 
     backend = Invariant(vocab_size=20)
     backend.path = model
-    session = Session(
-        backend, NgramDrafter(), SamplingParams(temperature=0.8), "scripted", max_tokens=20, exact=True, exact_guard=0.5
-    )
-    session.costs = session.cost_cache(True)
-    session.speclen = session.new_policy("auto")
+    exact = Exact(on=True, kernels=True, margin=0.5, backend=backend.name)
+    session = Session(backend, NgramDrafter(), SamplingParams(temperature=0.8), "scripted", max_tokens=20, exact=exact)
+    session.costs = CostCache.of(backend, session.exact.kernels)
+    session.speclen = make_policy("auto", session.costs.load())
     conv = Conversation()
     conv.add("user", "hello")
     list(session.answer(conv))
-    assert backend.switched[-1] is True and session.kernels_invariant  # sampled, --exact: invariant kernels
+    assert backend.switched[-1] is True and session.exact.kernels  # sampled, --exact: invariant kernels
     exact_key = session.costs.key
     session.set_exact(False)
     list(session.answer(conv))
-    assert backend.switched[-1] is False and not session.kernels_invariant
+    assert backend.switched[-1] is False and not session.exact.kernels
     sampled_key = session.costs.key
     assert exact_key != sampled_key and "batch-invariant" in exact_key
     assert CostCache(exact_key).load()["verify_s"], "the exact turn's curve was saved before the swap"

@@ -157,6 +157,24 @@ def test_the_wings_are_folders():
     assert {f for f in FAMILIES if (ROOT / "drafters" / f / "drafter.py").exists()} == set(FAMILIES)
 
 
+def class_methods(path, name: str) -> list[str]:
+    tree = ast.parse(path.read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    return [n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def test_the_session_keeps_the_chat_and_each_command_is_a_module():
+    """Session: the chat's methods only (--exact is engine/exact.py's Exact, the server's prompts
+    chat/model_text.py, bench's runners bench/runners.py); the CLI: one module a command, its parser and its run."""
+    methods = class_methods(ROOT / "session.py", "Session")
+    assert len(methods) <= 20, methods
+    commands = [p for p in (ROOT / "apps" / "cli").glob("*.py") if p.stem not in ("__init__", "flags", "common")]
+    assert len(commands) >= 14
+    for path in commands:
+        defined = {n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)}
+        assert path.stem == "quants" or {"add_parser", "run"} <= defined, path.name
+
+
 PLANTED = {
     "an upward import": (
         "localspec.engine.loop",

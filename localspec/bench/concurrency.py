@@ -114,7 +114,7 @@ def _level(session, methods, servers, cases, n, scratch: Path, seed, progress) -
     rounds = []
     for r in range(-(-len(cases) // n)):
         batch = [cases[(r * n + i) % len(cases)] for i in range(n)]
-        prompts = [session.prompt_tokens(c["messages"], reserve=c["max_tokens"]) for c in batch]
+        prompts = [session.text.prompt_tokens(c["messages"], reserve=c["max_tokens"]) for c in batch]
         caps = [c["max_tokens"] for c in batch]
         seeds = [seed + r * n + i for i in range(n)]  # each request its own draws, the same for every system
         order = systems[r % len(systems) :] + systems[: r % len(systems)]

@@ -29,9 +29,10 @@ from pathlib import Path
 
 from localspec.backends.gguf_meta import mtp_layers
 from localspec.bench.peer import SPEC_TYPES, ServerConfig, find_llama_server, running
+from localspec.bench.runners import Runner, draft_model_path, keep_costs, make_runner, run_runner
 from localspec.errors import ConfigError, LocalspecError
 from localspec.models.app_stores import is_gguf
-from localspec.session import Runner, Session
+from localspec.session import Session
 from localspec.types import common_prefix
 
 BUILTIN_WORKLOAD = resources.files("localspec.bench") / "workload.jsonl"
@@ -104,7 +105,7 @@ def make_methods(spec: str, session: Session, default_k, scratch: str | None = N
         if not methods:
             raise ConfigError("--drafters lists no method")
         if "none" not in [m.label for m in methods]:
-            methods.insert(0, session.runner("none", "none", 1))  # plain: the baseline
+            methods.insert(0, make_runner(session, "none", "none", 1))  # plain: the baseline
     except BaseException:
         for method in methods:  # e.g. a draft model already loaded for an earlier method
             method.drafter.close()
@@ -147,7 +148,7 @@ def _make_method(item: str, session: Session, default_k, cache_dir: Path | None)
         options["tree"] = int(tree)
     # LOCALSPEC_NO_COST_CACHE=1 benchmarks the very first start (no measured cost curve)
     k = k or (1 if name == "none" else default_k)
-    return session.runner(item, name, k, exact=bool(match.group(5)) or session.exact, **options)
+    return make_runner(session, item, name, k, exact=bool(match.group(5)) or session.exact.on, **options)
 
 
 def old_spellings(spec: str) -> tuple[str, list[str]]:
@@ -219,7 +220,7 @@ def _peer_draft(session: Session) -> tuple[Path | None, str]:
     """The draft model the draft drafter would load (--draft-model, else the model's first recommended
     draft), as a GGUF file."""
     try:
-        found = session.draft_model_path()
+        found = draft_model_path(session)
     except LocalspecError as exc:
         return None, f"the model's draft is not available ({exc})"
     if found is None:
@@ -305,7 +306,7 @@ def _run_repeat(session, spec, default_k, cases, r, scratch: Path, peer, peer_ty
             runners += [(SERVER + t, _server_runner(server, session.sampling)) for t, server in servers.items()]
             for j, case in enumerate(cases):
                 i = r * len(cases) + j
-                prompt = session.prompt_tokens(case["messages"], reserve=case["max_tokens"])
+                prompt = session.text.prompt_tokens(case["messages"], reserve=case["max_tokens"])
                 order = runners[i % len(runners) :] + runners[: i % len(runners)]
                 row = {
                     "id": case["id"],
@@ -332,14 +333,14 @@ def _run_repeat(session, spec, default_k, cases, r, scratch: Path, peer, peer_ty
     finally:
         for method in methods:
             method.drafter.close()
-        session.keep_costs(methods)
+        keep_costs(session, methods)
     return rows
 
 
 def _localspec_runner(session: Session, method: Runner) -> Callable:
     def run(prompt, max_tokens, rng_seed) -> dict:
         tokens, stats, first_step = [], None, None
-        for event in session.run(method, prompt, max_tokens, rng_seed):
+        for event in run_runner(session, method, prompt, max_tokens, rng_seed):
             tokens.extend(event.tokens)
             stats = event.stats
             if first_step is None:

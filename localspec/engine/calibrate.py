@@ -15,8 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from localspec.backends.base import Backend
-from localspec.cost_cache import KeyedCache
-from localspec.engine.exact import DEFAULT_MARGIN
+from localspec.engine.exact import MarginCache
 from localspec.rows import top_gaps
 
 MIN_POSITIONS = 512
@@ -34,26 +33,6 @@ PROMPTS = (  # the first is measured always: past 256 tokens llama.cpp's 1-token
     "Return a JSON object with the fields name, age and city for a fictional person.",
     "Summarise the causes of the French Revolution in three bullet points.",
 )
-
-
-class MarginCache(KeyedCache):
-    kind, what = "guard", "exact-guard margin"
-
-    def check(self, data: dict) -> None:
-        if not float(data["margin"]) > 0:
-            raise ValueError("a margin that is not positive")
-
-
-def margin_for(backend: Backend) -> tuple[float, str]:
-    """(margin, 'calibrated' | 'default') for this backend's model and build: calibrated, twice the
-    largest gap difference seen at any window size, for every window; else the backend's default.
-    Not per window size: SmolLM2's windows of 2-33 tokens calibrated at a difference of 0.000, yet
-    speculative runs diverged from plain there (rolled-back KV cells, longer contexts: what teacher-forced
-    windows do not exercise), so one window size's calibration does not vouch for it."""
-    saved = MarginCache(backend.cost_key()).load()
-    if saved:
-        return float(saved["margin"]), "calibrated"
-    return DEFAULT_MARGIN.get(backend.name, max(DEFAULT_MARGIN.values())), "default"
 
 
 def _start(backend: Backend, prompt: Sequence[int], reuse: bool) -> None:

@@ -21,11 +21,12 @@ from plain decoding's, so a near-tie can still flip there (measured: docs/exactn
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from localspec.cost_cache import KeyedCache
 from localspec.rows import Rows, as_rows
 from localspec.types import Verdict
 
@@ -34,6 +35,63 @@ if TYPE_CHECKING:
     from localspec.sampling import SamplingParams
 
 DEFAULT_MARGIN = {"llama.cpp": 2.6, "torch": 0.05, "mlx": 0.5}  # logits; llama.cpp: 2 x the 1.3 measured
+
+
+class MarginCache(KeyedCache):
+    kind, what = "guard", "exact-guard margin"
+
+    def check(self, data: dict) -> None:
+        if not float(data["margin"]) > 0:
+            raise ValueError("a margin that is not positive")
+
+
+def margin_for(backend: Backend) -> tuple[float, str]:
+    """(margin, 'calibrated' | 'default') for this backend's model and build: calibrated, twice the
+    largest gap difference seen at any window size, for every window; else the backend's default.
+    Not per window size: SmolLM2's windows of 2-33 tokens calibrated at a difference of 0.000, yet
+    speculative runs diverged from plain there (rolled-back KV cells, longer contexts: what teacher-forced
+    windows do not exercise), so one window size's calibration does not vouch for it."""
+    saved = MarginCache(backend.cost_key()).load()
+    if saved:
+        return float(saved["margin"]), "calibrated"
+    return DEFAULT_MARGIN.get(backend.name, max(DEFAULT_MARGIN.values())), "default"
+
+
+@dataclass(frozen=True)
+class Exact:
+    """`--exact` for one loaded model: off, or on with the backend's batch-invariant kernels where it has them
+    (every temperature), else greedy turns' near-tie guard. ``margin`` is set whenever it is on (the engine's
+    ``exact_guard``: exact_mode below decides what it is used for)."""
+
+    on: bool = False
+    kernels: bool = False  # batch-invariant kernels run (on, and the backend has them)
+    margin: float | None = None  # the near-tie margin (None: off)
+    source: str = ""  # where the margin comes from: 'calibrated' (`localspec calibrate`) or 'default'
+    backend: str = ""  # the backend's name, for the words
+
+    @classmethod
+    def of(cls, backend: Backend, on: bool) -> Exact:
+        """`--exact` ``on`` or off for ``backend``; on, the margin is the calibrated one for its model and build."""
+        if not on:
+            return cls(backend=backend.name)
+        margin, source = margin_for(backend)
+        return cls(True, backend.capabilities.batch_invariant, margin, source, backend.name)
+
+    def describe(self) -> str:
+        """Which mode greedy turns run, in words: what the load report, stats and TUI show."""
+        if not self.on:
+            return "fast (greedy may differ from plain decoding at near-ties; --exact for bit-identical)"
+        if self.kernels:
+            return "exact: batch-invariant kernels (greedy and seeded answers whatever the drafter)"
+        return (
+            f"exact: {self.backend} has no batch-invariant kernels here, so greedy turns take no token from "
+            f"a verify row whose top two logits are within {self.margin:g} ({self.source}; "
+            "`localspec calibrate` measures it): flips become rare, not impossible"
+        )
+
+    def notice(self) -> str:
+        """One line where --exact cannot give bit-identical output on this backend, saying what it does instead."""
+        return self.describe() if self.on and not self.kernels else ""
 
 
 def exact_mode(backend: Backend, sampling: SamplingParams, margin: float | None) -> tuple[bool, float | None]:

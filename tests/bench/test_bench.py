@@ -56,7 +56,7 @@ def test_methods_parse_fixed_k_and_always_include_plain(tmp_path):
     with pytest.raises(ConfigError, match="draft-model"):  # parsed as a chain at K=4 with --exact
         make_methods("suffix+draft@4+exact", session(tmp_path), "auto")
     exact = make_methods("ngram+exact,ngram", session(tmp_path), "auto")
-    assert [(m.label, m.exact) for m in exact] == [("none", False), ("ngram+exact", True), ("ngram", False)]
+    assert [(m.label, m.exact.on) for m in exact] == [("none", False), ("ngram+exact", True), ("ngram", False)]
     assert old_spellings("none,suffix+noguard,ngram") == (
         "none,suffix,ngram",
         ["NAME+noguard is the default now (NAME); NAME+exact runs with --exact"],

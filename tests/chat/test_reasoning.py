@@ -11,7 +11,7 @@ import pytest
 from support.fakes import ScriptedBackend
 from support.tui import send, wait_for
 
-from localspec.apps.commands import _stream
+from localspec.apps.cli.common import stream_answer
 from localspec.apps.tui.app import ChatApp, Turn
 from localspec.chat.conversation import Conversation
 from localspec.chat.reasoning import ANSWER, REASONING, ReasoningSplitter, reasoning_format
@@ -116,7 +116,7 @@ def test_run_keeps_the_thinking_apart_and_the_stats_count_every_token():
     conversation = Conversation()
     conversation.add("user", "Hi")
     out, thoughts = io.StringIO(), io.StringIO()
-    answered = _stream(session, conversation, out, thoughts)
+    answered = stream_answer(session, conversation, out, thoughts)
     assert answered.text == "Hello! How can I help?" == out.getvalue()
     assert answered.reasoning == "The user greets me.\nI greet back." and "greets" in thoughts.getvalue()
     assert answered.stats.generated == len(THOUGHT) + 1  # markers and thinking are generated tokens (+ the end)
@@ -126,7 +126,7 @@ def test_an_answer_that_starts_inside_the_reasoning():
     session = session_for("Let me think.\n</think>\n\n42", R1_LIKE)
     conversation = Conversation()
     conversation.add("user", "Six times seven?")
-    answered = _stream(session, conversation, None)
+    answered = stream_answer(session, conversation, None)
     assert (answered.reasoning, answered.text) == ("Let me think.", "42")
 
 
@@ -134,8 +134,8 @@ def test_a_model_without_markers_answers_as_before():
     session = session_for("Hi there", PLAIN)
     conversation = Conversation()
     conversation.add("user", "Hi")
-    answered = _stream(session, conversation, None)
-    assert (answered.reasoning, answered.text) == ("", "Hi there") and session.reasoning is None
+    answered = stream_answer(session, conversation, None)
+    assert (answered.reasoning, answered.text) == ("", "Hi there") and session.text.reasoning is None
 
 
 def test_think_and_no_think_set_the_templates_switch_or_are_refused():
@@ -147,16 +147,16 @@ def test_think_and_no_think_set_the_templates_switch_or_are_refused():
     session = session_for("Hello", QWEN3_LIKE, think=False)
     conversation = Conversation()
     conversation.add("user", "Hi")
-    _stream(session, conversation, None)
+    stream_answer(session, conversation, None)
     assert session.backend.rendered[-1].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
-    assert not session_for("Hello", QWEN3_LIKE, think=True).chat_text([]).endswith("</think>\n\n")
+    assert not session_for("Hello", QWEN3_LIKE, think=True).text.chat_text([]).endswith("</think>\n\n")
 
 
 def test_saved_chats_keep_reasoning_apart_and_the_next_prompt_gets_it_as_reasoning_content(tmp_path):
     session = session_for(THOUGHT, QWEN3_LIKE)
     chat = SavedChat.new("replying")
     chat.add("user", "Hi")
-    answered = _stream(session, chat.conversation, None)
+    answered = stream_answer(session, chat.conversation, None)
     chat.add("assistant", answered.text, answered.stats.to_dict(), reasoning=answered.reasoning)
     saved = json.loads(chat.save(tmp_path / "c.json").read_text())["messages"][1]
     assert saved["content"] == "Hello! How can I help?" and saved["reasoning"].startswith("The user greets")
@@ -164,7 +164,7 @@ def test_saved_chats_keep_reasoning_apart_and_the_next_prompt_gets_it_as_reasoni
     assert again.conversation.messages[1]["reasoning"] == answered.reasoning
     assert "<details><summary>reasoning</summary>" in again.to_markdown()
     again.add("user", "Thanks")
-    _stream(session, again.conversation, None)
+    stream_answer(session, again.conversation, None)
     assert "<think>\nThe user greets me.\nI greet back.\n</think>\n\nHello! How" in session.backend.rendered[-1]
 
 

@@ -8,8 +8,8 @@ import pytest
 from support.fakes import OracleDrafter, ScriptedBackend
 
 from localspec.drafters.base import NoDrafter
-from localspec.engine.calibrate import MarginCache, margin_for, measure
-from localspec.engine.exact import DEFAULT_MARGIN, exact_mode, guard
+from localspec.engine.calibrate import measure
+from localspec.engine.exact import DEFAULT_MARGIN, MarginCache, exact_mode, guard, margin_for
 from localspec.engine.loop import generate
 from localspec.rows import top_gaps
 from localspec.sampling import SamplingParams
@@ -161,14 +161,15 @@ def test_the_default_loads_fast_weights_and_runs_no_guard_at_any_temperature_and
         assert stats.to_dict()["mode"] == ("exact" if exact else "fast")
     assert ("exact: batch-invariant kernels" in session.load_report()) is exact
     assert ("fast (greedy may differ" in session.load_report()) is not exact
-    assert session.exact_switch(not exact) == "reload"  # llama.cpp's weight layout is fixed at load
+    assert session.backend.reload_for_exact(not exact)  # llama.cpp's weight layout is fixed at load
 
 
 def test_exact_without_batch_invariant_kernels_says_what_it_does_instead(monkeypatch):
     session, _ = open_session(monkeypatch, True)
     session.backend.capabilities = replace(session.backend.capabilities, batch_invariant=False)  # a GPU offload
-    notice = session.exact_notice()
+    session.set_exact(True)  # --exact for the backend as it is now
+    notice = session.exact.notice()
     assert "no batch-invariant kernels" in notice and f"within {DEFAULT_MARGIN['llama.cpp']:g}" in notice
     assert "\n" not in notice and "exact: llama.cpp" in session.load_report()
     session.set_exact(False)  # switches at once where no reload is needed
-    assert session.exact_notice() == "" and session.exact_guard is None
+    assert session.exact.notice() == "" and session.exact.margin is None

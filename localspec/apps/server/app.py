@@ -208,14 +208,14 @@ def _events(session: Session, gen: Generation, job: Job):
         elif job.shape.grammar is not None:  # the tools' calls parse (structured/tool_calls.py)
             gen = replace(gen, request=replace(gen.request, grammar=job.shape.grammar))
     elif gen.infill is not None:
-        prompt, job.shape = session.infill_prompt(gen.infill, gen.request.max_tokens), Shape()
+        prompt, job.shape = session.text.infill_prompt(gen.infill, gen.request.max_tokens), Shape()
     else:
-        prompt, job.shape = session.text_prompt(gen.prompt), Shape()
-    room = session.context_size - len(prompt)
+        prompt, job.shape = session.text.text_prompt(gen.prompt), Shape()
+    room = session.text.context_size - len(prompt)
     if room < 1:
         raise ApiError(
             400,
-            f"the prompt is {len(prompt)} tokens and the context holds {session.context_size}: no room for an "
+            f"the prompt is {len(prompt)} tokens and the context holds {session.text.context_size}: no room for an "
             "answer; shorten the conversation (or serve with a larger --ctx)",
             "messages" if gen.messages is not None else "input_prefix" if gen.native else "prompt",
             "context_length_exceeded",

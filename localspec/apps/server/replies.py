@@ -70,13 +70,13 @@ def token_logprobs(entries, session) -> list[dict]:
     that ends generation is not part of the answer and is left out. On the engine thread (it reads the vocab)."""
 
     def named(token: int, logprob: float) -> dict:
-        raw = session.token_bytes(token)
+        raw = session.text.token_bytes(token)
         return {"token": raw.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(raw)}
 
     return [
         {**named(e.token, e.logprob), "top_logprobs": [named(t, lp) for t, lp in e.top]}
         for e in entries
-        if not session.ends_generation(e.token)
+        if not session.text.ends_generation(e.token)
     ]
 
 

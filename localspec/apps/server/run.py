@@ -96,14 +96,15 @@ def serve(
     if parallel > 1:
         say(
             f"{parallel} requests at once, their steps batched together (--parallel), each in "
-            f"{worker.slots[0].context_size} tokens of the {worker.session.context_size}-token context · each slot "
+            f"{worker.slots[0].text.context_size} tokens of the {worker.session.text.context_size}-token context · "
+            "each slot "
             f"keeps its last conversation, no states in RAM · more wait in arrival order (up to "
             f"{worker.queue_limit}; more get 503)",
             file=sys.stderr,
         )
     else:
         say(
-            f"context {worker.session.context_size} tokens · conversation states in RAM up to "
+            f"context {worker.session.text.context_size} tokens · conversation states in RAM up to "
             f"{kept['bytes'] // 2**20} MiB ({kept['why']}) · one request at a time, in arrival order (up to "
             f"{worker.queue_limit} waiting; more get 503; --parallel N answers several at once)",
             file=sys.stderr,

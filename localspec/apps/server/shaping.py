@@ -50,14 +50,14 @@ def chat_prompt(
 ) -> tuple[list, Shape]:
     """On the engine thread: the prompt's tokens and the answer's shape (with ``spec``, the grammar its calls
     follow, written in this model's call format and special tokens)."""
-    template = session.chat_template
+    template = session.text.chat_template
     fmt = tool_format(template)
     messages, template_tools = prepare_messages(messages, tools, template)
-    text = session.chat_text(messages, template_tools)
-    think = markers(session.reasoning)
+    text = session.text.chat_text(messages, template_tools)
+    think = markers(session.text.reasoning)
     in_think = opens_think(text, think[0])
     grammar = None
     if tools and spec is not None and grammar_knows_calls(template):
-        reasons = think if session.reasoning is not None or in_think else None
-        grammar = tool_grammar(spec, fmt, session.special_token, reasons, in_think)
-    return session.template_tokens(text), Shape(fmt, bool(tools), in_think, think, grammar=grammar)
+        reasons = think if session.text.reasoning is not None or in_think else None
+        grammar = tool_grammar(spec, fmt, session.text.special_token, reasons, in_think)
+    return session.text.template_tokens(text), Shape(fmt, bool(tools), in_think, think, grammar=grammar)

@@ -27,7 +27,7 @@ class SlotWorker(Worker):
     def _run(self) -> None:
         try:
             self.session = self._open()
-            self.card = self.session.model_card()
+            self.card = self.session.text.model_card()
             self.slots, fibers = slot_sessions(self.session, self.parallel)
         except Exception as exc:  # the server does not start: it says why
             if self.session is not None:

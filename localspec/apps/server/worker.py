@@ -103,7 +103,7 @@ class Worker:
     def _run(self) -> None:
         try:
             self.session = self._open()
-            self.card = self.session.model_card()
+            self.card = self.session.text.model_card()
         except Exception as exc:  # a missing or broken model: the server does not start
             self.load_error = exc
             self._loaded.set()

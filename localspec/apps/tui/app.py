@@ -371,7 +371,7 @@ class ChatApp(App):
         """--exact on or off: at once where the backend allows, else by loading the model again with the same
         drafter and sampling (llama.cpp fixes its weight layout at load); the old session stays on an error."""
         session = self.session
-        if session.exact_switch(on) == "now":
+        if not session.backend.reload_for_exact(on):
             session.set_exact(on)
         else:
             self.post_message(Progress("loading the model again for the weight layout --exact needs"))
@@ -390,10 +390,10 @@ class ChatApp(App):
             self.session = session = new  # here too: the next job on this thread must not get the closed one
             self.post_message(Loaded(new, quiet=True))
             self.post_message(
-                Noted(f"{new.exact_mode()} (the model was loaded again: llama.cpp fixes its weight layout at load)")
+                Noted(f"{new.exact.describe()} (the model was loaded again: llama.cpp fixes its weight layout at load)")
             )
             return
-        self.post_message(Noted(session.exact_mode()))
+        self.post_message(Noted(session.exact.describe()))
 
     def _answer(self) -> None:
         session, stats, finish = self.session, None, "interrupted"
@@ -402,7 +402,7 @@ class ChatApp(App):
         last = time.perf_counter()
         events_ = None
         try:
-            splitter = ReasoningSplitter(session.reasoning)  # reads the chat template, which may refuse
+            splitter = ReasoningSplitter(session.text.reasoning)  # reads the chat template, which may refuse
             events_ = session.answer(
                 self.chat.conversation,
                 on_prefill=lambda done, total: self.post_message(Progress(f"reading the prompt {done}/{total}")),
@@ -558,7 +558,7 @@ class ChatApp(App):
             self.session.set_draft_tokens(slash.arg)
             await self._note(f"draft tokens per step: {self.session.speclen.label}")
         elif slash.name == "exact":  # on the engine thread: llama.cpp loads the model again there
-            on = not self.session.exact if slash.arg is None else slash.arg
+            on = not self.session.exact.on if slash.arg is None else slash.arg
             self.query_one(StatusBar).update(f" switching --exact {'on' if on else 'off'}…")
             self._jobs.put(lambda: self._switch_exact(on))
             return
@@ -623,7 +623,7 @@ class ChatApp(App):
             s.backend.cached_len,
             s.backend.n_ctx,
             self.memory_mb(),
-            f"T={s.sampling.temperature:g}" + (" · exact" if s.exact else ""),
+            f"T={s.sampling.temperature:g}" + (" · exact" if s.exact.on else ""),
         )
 
     async def action_quit(self) -> None:

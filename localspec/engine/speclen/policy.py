@@ -411,8 +411,16 @@ def _argmax(values: list[float]) -> int:
     return best if best == 0 or values[best] >= MARGIN * values[0] else 0
 
 
-def make_policy(draft_tokens) -> FixedK | AdaptiveK:
-    """`--draft-tokens`: an int fixes K; 'auto' (or 'auto:N' for a different maximum) is the controller."""
+def make_policy(draft_tokens, curve: dict | None = None) -> FixedK | AdaptiveK:
+    """`--draft-tokens`: an int fixes K; 'auto' (or 'auto:N' for a different maximum) is the controller, which
+    starts from ``curve`` (a cost curve measured on this machine in earlier sessions: CostCache.load) if given."""
+    policy = _policy(draft_tokens)
+    if curve and isinstance(policy, AdaptiveK):
+        policy.load_costs(curve)
+    return policy
+
+
+def _policy(draft_tokens) -> FixedK | AdaptiveK:
     from localspec.errors import ConfigError
 
     if isinstance(draft_tokens, (FixedK, AdaptiveK)):

@@ -318,13 +318,13 @@ def test_exact_switches_at_once_or_loads_the_model_again_keeping_drafter_and_sam
             await send(pilot, app, "/exact")
             await wait_for(pilot, lambda: any("loaded again" in text_of(w) for w in app.query(".note")))
             assert loads[-1] == (True, "suffix", 0.3) and first.backend.closed
-            assert app.session.exact and "exact" in text_of(app.query_one(StatusBar))
+            assert app.session.exact.on and "exact" in text_of(app.query_one(StatusBar))
             await send(pilot, app, "abc")
             await wait_for(pilot, lambda: len(app.chat.conversation.messages) == 2 and not app.generating)
             assert app.chat.stats[1]["mode"] == "exact"
             app.session.backend.loaded_exact = False  # now a backend that switches without a reload
             await send(pilot, app, "/exact off")
-            await wait_for(pilot, lambda: not app.session.exact)
+            await wait_for(pilot, lambda: not app.session.exact.on)
             assert len(loads) == 2  # no third load
             await send(pilot, app, "/exact maybe")
             await wait_for(pilot, lambda: any("/exact takes on, off" in text_of(w) for w in app.query(".error")))

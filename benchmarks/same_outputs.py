@@ -57,9 +57,9 @@ def main() -> int:
     parser.add_argument("after", type=Path)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", dest="json_out", type=Path)
-    parser.add_argument("bench_args", nargs=argparse.REMAINDER, help="after --: the bench command's arguments")
-    opts = parser.parse_args()
-    bench_args = [a for a in opts.bench_args if a != "--"]
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    opts, bench_args = parser.parse_args(argv[:split]), argv[split + 1 :]  # after --: the bench command's
     rounds, mismatches, compared = [], [], 0
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(opts.rounds):

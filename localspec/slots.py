@@ -58,6 +58,8 @@ def slot_sessions(session: Session, count: int, drafter: str | None = None, **op
     try:
         for backend, seed in zip(backends, seeds, strict=True):
             built = session.drafters.build(drafter, backend, **options)
+            if sessions:  # one memory of past answers for every slot (the suffix cache), not N copies
+                built.share(sessions[0].drafter)
             sessions.append(
                 replace(
                     session,

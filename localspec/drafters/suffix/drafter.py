@@ -11,19 +11,17 @@ confidence times match_confidence(match length), which the controller trims the 
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.drafters.base import DEFAULT_TURN, Drafter, Turn, match_confidence
+from localspec.drafters.suffix.past import PastAnswers
 from localspec.drafters.suffix.store import AnswerStore
 from localspec.drafters.suffix.tree import SuffixTree, TreeDraft
 from localspec.errors import ConfigError
 from localspec.options import option
 from localspec.types import EMPTY_DRAFT, Draft, Step
-
-REBUILD_AT = 1.5  # the global tree is rebuilt without the evicted answers past this x the store's bound
 
 
 @dataclass(frozen=True)
@@ -75,23 +73,26 @@ class SuffixDrafter(Drafter):
 
     def __init__(self, params: SuffixOptions = SuffixOptions(), store: AnswerStore | None = None) -> None:
         self.params = params
-        self.store = store
-        self.global_tree: SuffixTree | None = None
-        self._rebuild_global()
+        self.past = PastAnswers(store, params.max_depth)
+        self._closed = False
         self.local_tree: SuffixTree | None = None
         self._indexed = 0
         self._answer: list[int] = []
         self._reset_figures()
 
-    def _rebuild_global(self) -> None:
-        if self.global_tree is not None:
-            self.global_tree.close()
-        self.global_tree = SuffixTree(self.params.max_depth)
-        self._tree_tokens = 0
-        if self.store is not None:
-            for tokens in self.store.answers.values():
-                self.global_tree.add_sequence(tokens.tolist())
-                self._tree_tokens += len(tokens)
+    @property
+    def store(self) -> AnswerStore | None:
+        return self.past.store
+
+    @property
+    def global_tree(self) -> SuffixTree:
+        return self.past.tree
+
+    def share(self, other: Drafter) -> None:
+        """Draft from ``other``'s past answers (another slot's suffix drafter), and add this one's to them."""
+        if isinstance(other, SuffixDrafter) and other.past is not self.past:
+            self.past.leave()
+            self.past = other.past.join()
 
     def _reset_figures(self) -> None:
         self._steps = self._match_sum = 0
@@ -134,22 +135,9 @@ class SuffixDrafter(Drafter):
 
     def end(self) -> dict:
         """The answer joins the global tree (and the cache on disk)."""
-        if self.store is not None and self._answer:
-            self._keep_answer()
-        return self._figures()
-
-    def _keep_answer(self) -> None:
-        self.store.add(self._answer)
-        if self._tree_tokens + len(self._answer) > REBUILD_AT * self.store.max_tokens:
-            self._rebuild_global()  # drop the answers the store evicted (~0.25 s for 200k tokens)
-        else:  # evicted answers may stay in the tree a while: their drafts are verified like any other
-            self.global_tree.add_sequence(self._answer)
-            self._tree_tokens += len(self._answer)
-        try:
-            self.store.save()
-        except OSError as exc:  # a full or read-only disk must not end the chat
-            print(f"localspec: could not save the suffix cache: {exc}", file=sys.stderr)
+        self.past.keep(self._answer)
         self._answer = []
+        return self._figures()
 
     def _figures(self) -> dict:
         return {
@@ -161,6 +149,9 @@ class SuffixDrafter(Drafter):
         }
 
     def close(self) -> None:
-        for tree in (self.local_tree, self.global_tree):
-            if tree is not None:
-                tree.close()
+        if self.local_tree is not None:
+            self.local_tree.close()
+            self.local_tree = None
+        if not self._closed:  # once: the past answers may be another slot's too
+            self._closed = True
+            self.past.leave()

@@ -135,3 +135,10 @@ def test_what_slots_cannot_run_is_refused_at_start(tmp_path):
     settings = settings_for(cache=tmp_path)
     with pytest.raises(ConfigError, match="at least 1"):
         serve(lambda: Session.open(settings), settings.model, parallel=0)
+
+
+def test_the_slots_draft_from_one_memory_of_past_answers(parallel):
+    """Every slot's suffix drafter keeps its past answers in one shared store and tree (drafters/suffix/past.py)."""
+    drafters = [s.drafter for s in parallel.worker.slots]
+    assert len(drafters) == 4 and all(d.name == "suffix" for d in drafters)
+    assert len({id(d.past) for d in drafters}) == 1 and drafters[0].past.users == 4

@@ -426,6 +426,33 @@ def test_global_tree_drafts_an_earlier_answer(tmp_path):
     assert reborn.global_tree.draft([5, 6, 7], 4, factor=4.0).tokens == (8, 9, 10, 11)
 
 
+def test_slots_share_one_memory_of_past_answers(tmp_path):
+    """`serve --parallel`: an answer one slot's drafter finishes is drafted by another's next request at once
+    (one store and one global tree for all, held once); closing one slot's drafter leaves the others' intact."""
+    options = DrafterSetup().with_options("suffix", cache_dir=str(tmp_path), max_spec_factor=4.0)
+    backend = ScriptedBackend(vocab_size=30)
+    first, second, third = (options.build("suffix", backend) for _ in range(3))
+    second.share(first)
+    third.share(first)
+    assert second.global_tree is first.global_tree is third.global_tree and second.store is first.store
+    answer = [15, 16, 17, 18, 19, 20, 21, 22]
+    simulate(first, [([1, 2, 3], answer)], k=4)
+    assert second.global_tree.draft([15, 16, 17], 4, factor=4.0).tokens == (18, 19, 20, 21)
+    again = simulate(second, [([4, 4, 4], answer)], k=4)  # another slot, another prompt, the same answer
+    assert again.accepted >= 4 and again.drafter["wins_global"] >= 1
+    assert len(first.store.answers) == 2  # each answer kept once
+    alone = options.build("suffix", backend)  # not shared: what was on disk when it was built
+    simulate(first, [([5, 5, 5], [25, 26, 27, 28, 29])], k=4)
+    assert alone.global_tree.draft([25, 26, 27], 4, factor=4.0).tokens == ()
+    first.close()
+    first.close()  # twice: still one slot's share
+    assert third.global_tree.draft([15, 16, 17], 4, factor=4.0).tokens == (18, 19, 20, 21)
+    second.close()
+    third.close()
+    assert first.past.tree is None  # the last one out frees the tree
+    alone.close()
+
+
 def test_simulator_on_fixed_sequences():
     prompt = [1, 2, 3, 4, 5, 6, 7, 8]
     answer = [9, 1, 2, 3, 4, 5, 6, 7, 8, 9]  # copies the prompt

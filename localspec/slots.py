@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from localspec.drafters.memory import share_memory
 from localspec.drafters.table import chain_members
 from localspec.engine.baseline import PlainBaseline
 from localspec.engine.fibers import Fibers
@@ -59,7 +60,7 @@ def slot_sessions(session: Session, count: int, drafter: str | None = None, **op
         for backend, seed in zip(backends, seeds, strict=True):
             built = session.drafters.build(drafter, backend, **options)
             if sessions:  # one memory of past answers for every slot (the suffix cache), not N copies
-                built.share(sessions[0].drafter)
+                share_memory(built, sessions[0].drafter)
             sessions.append(
                 replace(
                     session,

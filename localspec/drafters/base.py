@@ -169,11 +169,6 @@ class Drafter:
         """A few words on the drafter's setup for the load report ('' when its name says it all)."""
         return ""
 
-    def share(self, other: Drafter) -> None:
-        """Keep across requests what ``other`` keeps (another slot's drafter, built alike: `serve --parallel`)
-        instead of a copy of one's own: the suffix drafter's past answers. A no-op for drafters that keep
-        nothing across requests."""
-
     def close(self) -> None:
         pass
 

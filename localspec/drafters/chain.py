@@ -89,11 +89,6 @@ class ChainDrafter(Drafter):
         parts = [f"{d.name}: {d.describe()}" for d in (self.copy, self.model) if d.describe()]
         return "; ".join(parts)
 
-    def share(self, other: Drafter) -> None:
-        if isinstance(other, ChainDrafter):
-            self.copy.share(other.copy)
-            self.model.share(other.model)
-
     def close(self) -> None:
         try:
             self.copy.close()

@@ -88,9 +88,9 @@ class SuffixDrafter(Drafter):
     def global_tree(self) -> SuffixTree:
         return self.past.tree
 
-    def share(self, other: Drafter) -> None:
+    def share(self, other: SuffixDrafter) -> None:
         """Draft from ``other``'s past answers (another slot's suffix drafter), and add this one's to them."""
-        if isinstance(other, SuffixDrafter) and other.past is not self.past:
+        if other.past is not self.past:
             self.past.leave()
             self.past = other.past.join()
 

@@ -1,5 +1,5 @@
 """The suffix drafter's memory of past answers: the answer store (on disk, per tokenizer) and the global tree
-over it. One is shared by every slot's drafter of a `serve --parallel` server (Drafter.share): an answer one
+over it. One is shared by every slot's drafter of a `serve --parallel` server (drafters/memory.py): an answer one
 slot finishes is there for the next draft of every other, and the cache is held in memory once, not N times.
 The slots run on one OS thread and switch only inside the target's forward pass, so no draft sees the tree
 half-changed."""

@@ -14,6 +14,7 @@ from support.fakes import ScriptedBackend
 
 from localspec.bench.simulate import simulate
 from localspec.drafters.base import match_confidence
+from localspec.drafters.memory import share_memory
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.suffix.drafter import SuffixDrafter, SuffixOptions
 from localspec.drafters.suffix.store import MAGIC, AnswerStore
@@ -432,8 +433,9 @@ def test_slots_share_one_memory_of_past_answers(tmp_path):
     options = DrafterSetup().with_options("suffix", cache_dir=str(tmp_path), max_spec_factor=4.0)
     backend = ScriptedBackend(vocab_size=30)
     first, second, third = (options.build("suffix", backend) for _ in range(3))
-    second.share(first)
-    third.share(first)
+    share_memory(second, first)
+    share_memory(third, first)
+    share_memory(NgramDrafter(), first)  # a drafter that keeps nothing across requests: nothing to share
     assert second.global_tree is first.global_tree is third.global_tree and second.store is first.store
     answer = [15, 16, 17, 18, 19, 20, 21, 22]
     simulate(first, [([1, 2, 3], answer)], k=4)

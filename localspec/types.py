@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import accumulate
+from typing import NamedTuple
 
 import numpy as np
 
@@ -250,3 +251,12 @@ class FimTokens:
     mid: int
     rep: int | None = None
     sep: int | None = None
+
+
+class BatchLoad(NamedTuple):
+    """What a slot's last forward pass held beside its own tokens (Backend.batch_load, `serve --parallel`)."""
+
+    tokens: int = 0  # the other sequences' tokens, each window counted as its pending token alone
+    sequences: int = 0  # the other sequences
+    pass_tokens: int = 0  # every token the pass held, drafts and prompt chunks included
+    pass_s: float = 0.0  # the seconds the pass took (the forward and its rows, not the waiting)

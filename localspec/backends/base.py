@@ -14,7 +14,7 @@ from pathlib import Path
 
 from localspec.backends.chat_template import render_chat
 from localspec.errors import ConfigError
-from localspec.types import FimTokens, ForwardOut
+from localspec.types import BatchLoad, FimTokens, ForwardOut
 
 # the texts code models give their fill-in-the-middle markers, prefix first (Qwen2.5-Coder, StarCoder, Granite,
 # DeepSeek-Coder, CodeLlama), as llama.cpp's vocabulary loader recognises them where a file names no ids
@@ -281,10 +281,10 @@ class Backend:
     def memory_bytes(self) -> int:
         return 0
 
-    def batch_load(self) -> tuple[int, int]:
-        """(tokens, sequences) that other slots put into this cache's last forward pass (Backend.slots); a
-        cache of its own shares no pass: (0, 0)."""
-        return 0, 0
+    def batch_load(self) -> BatchLoad:
+        """What other slots put into this cache's last forward pass, and what that pass held and took
+        (Backend.slots); a cache of its own shares no pass: all zeros."""
+        return BatchLoad()
 
     def slots(self, count: int) -> tuple[list[Backend], Callable[[], list]]:
         """``count`` caches of this model whose forward passes run together (`serve --parallel`): the slots,

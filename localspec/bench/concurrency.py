@@ -178,6 +178,9 @@ def _answer(session: Session, prompt, cap: int, seed: int, t0: float) -> dict:
         "decode_tok_s": d["decode_tok_s"],
         "acceptance_rate": d["acceptance_rate"],
         "tau": d["mean_accepted_length"],
+        "steps": stats.steps,
+        "drafted": stats.drafted,
+        "accepted": stats.accepted,
     }
 
 

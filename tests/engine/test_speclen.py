@@ -13,6 +13,7 @@ from localspec.drafters.base import NoDrafter, match_confidence
 from localspec.engine.loop import generate
 from localspec.engine.speclen import AdaptiveK, FixedK, make_policy
 from localspec.engine.speclen.acceptance import AcceptanceEstimator, copy_acceptance
+from localspec.engine.speclen.policy import FIRST_WINDOW
 from localspec.errors import ConfigError
 from localspec.sampling import SamplingParams
 from localspec.types import Draft
@@ -486,10 +487,47 @@ def test_a_copy_sampled_at_t_above_0_keeps_its_long_windows():
     assert rates[True] > 1.03 * rates[False], rates
 
 
+def drive_shared(ctl, steps, acceptance, seed=0, teach=True):
+    """drive, as a slot beside one other sequence decoding plainly: each step's pass holds the other's token
+    too, and (teach) the slot is told that pass's size and time. Returns the verified length per step."""
+    rng, produced, chosen, last = np.random.default_rng(seed), 0, [], None
+    for _ in range(steps):
+        ctl.share(1, 1, *(last if teach and last else (0, 0.0)))
+        k = ctl.plan(8)
+        tokens, ok = [], True
+        for i in range(k):
+            ok = ok and rng.random() < acceptance
+            tokens.append(produced + i if ok else -1)
+        n = ctl.trim(Draft.chain(tokens), 0.0)
+        accepted = next((i for i in range(n) if tokens[i] != produced + i), n)
+        last = (n + 2, CPU[n + 2])  # the pass: this slot's window and the other's token
+        ctl.record(step_of(n, accepted, list(range(produced, produced + accepted + 1)), 0.0, last[1], last[1]))
+        produced += accepted + 1
+        chosen.append(n)
+    return chosen
+
+
+def test_a_slot_that_never_runs_alone_learns_its_costs_from_the_passes_it_shares():
+    """A slot starts with no curve where none was saved for its model and context; shared passes taught it
+    nothing, so it verified every draft at the first window's length whatever the acceptance (measured at
+    --parallel 2: 109 drafted tokens, 24 accepted, in one request). Told each shared pass's size and time, it
+    learns the curve as from lone windows of as many tokens, and stops drafting where acceptance does not pay."""
+    blind = drive_shared(AdaptiveK(8), 200, 0.2, teach=False)
+    assert mode(blind[50:]) == FIRST_WINDOW  # the canary: no curve, drafts verified blindly
+    ctl = AdaptiveK(8)
+    learnt = drive_shared(ctl, 200, 0.2)
+    assert ctl.cost.timed and abs(ctl.verify_cost(2) - CPU[2]) < 1e-9
+    assert mode(learnt[50:]) == 0 and sum(learnt[50:]) < 0.1 * sum(blind[50:])
+    assert mode(drive_shared(AdaptiveK(8), 200, 0.95, seed=1)[100:]) > 0  # where drafts pay, it drafts
+    big = AdaptiveK(8)
+    big.share(1, 1, 400, 2.0)  # a prompt's chunk: bigger than any window, not a window's timing
+    assert not big.cost.timed
+
+
 def test_beside_other_sequences_a_window_is_priced_as_the_pass_it_joins():
     """`serve --parallel`: with 3 other sequences' tokens in the pass, a draft token on this CPU's curve costs
     about a lone step, so drafting stops at the acceptance that pays alone, and comes back alone; on a GPU's
-    flat curve it goes on. A shared pass's timing does not teach the lone curve."""
+    flat curve it goes on. A pass shared without its size and time teaches the curve nothing."""
     ctl = AdaptiveK(8)
     assert mode(drive(ctl, 300, lambda i, s: 0.8)[100:]) > 0
     curve = dict(ctl.costs())

@@ -17,7 +17,7 @@ import numpy as np
 
 from localspec.backends.llama_cpp.slots import Batcher
 from localspec.engine.fibers import Fibers
-from localspec.types import ForwardOut
+from localspec.types import BatchLoad, ForwardOut
 from support.fakes import ScriptedBackend
 
 _ARRIVALS = itertools.count(1)
@@ -63,7 +63,7 @@ class ScriptedSlot(ScriptedBackend):
         model = context.model
         super().__init__(vocab_size=model.vocab_size, order=model.order, scale=model.scale, seed=model.seed)
         self.context, self.batcher, self.seq = context, batcher, seq
-        self.rows, self.ret, self.load, self.arrived, self.fresh = None, 0, (0, 0), 0, False
+        self.rows, self.ret, self.load, self.arrived, self.fresh = None, 0, BatchLoad(), 0, False
 
     def _submit(self, tokens, logits: bool) -> None:
         start = len(self._tokens)
@@ -86,7 +86,7 @@ class ScriptedSlot(ScriptedBackend):
         self._submit(tokens, logits=True)
         return ForwardOut(self.rows.copy())
 
-    def batch_load(self) -> tuple[int, int]:
+    def batch_load(self) -> BatchLoad:
         return self.load
 
 

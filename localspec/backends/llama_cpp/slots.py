@@ -21,6 +21,7 @@ used outside a greenlet (a test, a warm-up) decodes at once.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -28,6 +29,7 @@ import numpy as np
 from greenlet import greenlet
 
 from localspec.errors import ConfigError
+from localspec.types import BatchLoad
 
 
 @dataclass(eq=False)
@@ -95,7 +97,7 @@ class Batcher:
         return [fiber for fiber in resumed.values() if fiber.parent is not None]
 
     def _decode(self, group: list[_Pending]) -> int:
-        owner = self.owner
+        owner, start = self.owner, time.perf_counter()
         # slots run the fast kernels (--exact runs one request at a time)
         ret = owner._decode_entries([(p.tokens, p.logits, p.positions, p.seqs) for p in group], reference=False)
         self.decodes += 1
@@ -104,6 +106,7 @@ class Batcher:
         plain = sum(1 if p.logits else len(p.tokens) for p in group)  # the batch were every window undrafted
         rows = sum(len(p.tokens) for p in group if p.logits)
         logits = owner._logits(rows) if ret == 0 and rows else None
+        total, seconds = sum(len(p.tokens) for p in group), time.perf_counter() - start
         at = 0
         for p in group:  # a slot has one entry in a batch: its verdict is this decode's (a retry alone's last)
             p.slot.ret, p.slot.rows = ret, None
@@ -111,7 +114,9 @@ class Batcher:
             # prices its own draft against the others decoding plainly, so that no slot drafts because the
             # others did (each seeing the others' windows as a big pass its drafts add little to, they all
             # drafted ever wider at a few percent acceptance: 9 against 17 tok/s plain, 2 slots, measured)
-            p.slot.load = (plain - (1 if p.logits else len(p.tokens)), len(slots) - 1)
+            # the pass as it was (its size and time teach the slot's cost curve: a pass of n tokens of several
+            # sequences costs what one sequence's window of n costs, benchmarks/batched_cost.py)
+            p.slot.load = BatchLoad(plain - (1 if p.logits else len(p.tokens)), len(slots) - 1, total, seconds)
             if p.logits and logits is not None:
                 p.slot.rows = logits[at : at + len(p.tokens)].copy()  # the next decode overwrites the buffer
                 at += len(p.tokens)
@@ -142,7 +147,7 @@ class Slot:
         self._checkpoint = self._turn_point = None
         self.rows: np.ndarray | None = None  # this slot's rows of the last batch
         self.ret = 0
-        self.load = (0, 0)  # the other slots' tokens and sequences in this slot's last batch
+        self.load = BatchLoad()  # what this slot's last batch held beside it
         self.arrived = 0  # when its last prompt started (prompts fill batches in that order)
         self.fresh = False  # prefilled, its first window not yet submitted
         per = (owner.max_branches + 1 - count) // count  # each slot's share of the leaf sequences
@@ -160,7 +165,7 @@ class Slot:
     def _let_go_of_rows(self) -> None:
         self._held = None  # a slot's rows are its own copy
 
-    def batch_load(self) -> tuple[int, int]:
+    def batch_load(self) -> BatchLoad:
         return self.load
 
     def prefill(self, tokens, progress=None) -> None:

@@ -182,6 +182,11 @@ class CostModel:
         old = self._tree_factor
         self._tree_factor = ratio if old is None else old + COST_EMA * (ratio - old)
 
+    def time_pass(self, n: int, seconds: float) -> None:
+        """A forward pass of n tokens shared with other sequences took ``seconds``: the window of n's timing
+        (the step's drafting and overhead are the slot's own, not the pass's)."""
+        self._time_window(n, seconds)
+
     def _time_window(self, n: int, seconds: float) -> None:
         if self._rescale_pending and n in self._unconfirmed:
             self._rescale_loaded(seconds / self._verify[n])

@@ -33,8 +33,9 @@ the batch it joins: with B other tokens from S other sequences in the pass (thei
 per window: the others' drafts left out, backends/llama_cpp/slots.py), the controller maximises the
 pass's tokens, (E(L) + S) / T_B(L) with T_B(L) = overhead + draft(L) + verify(L + 1 + B) — a draft token
 then costs what it adds to a shared pass, which on a CPU is about a lone step, so drafting narrows or stops
-under load and comes back when the sequence runs alone. A shared pass's timing teaches the cost curve nothing
-(the curve stays the lone one, which the shift reads).
+under load and comes back when the sequence runs alone. A shared pass's size and time teach the curve as a lone
+window of as many tokens would (measured: a pass of several sequences costs what one sequence's window of as many
+tokens costs, benchmarks/batched_cost.py), so a slot that never runs alone has a curve too.
 
 A drafter chain (`--drafter suffix+draft`: a copy drafter and a model drafter) has two members, each with
 its own acceptance estimate and draft line. Every step the copy drafter proposes (it is free); then
@@ -79,7 +80,7 @@ class FixedK:
     def begin_turn(self, cost_per_token: float | None = 0.0) -> None:
         pass
 
-    def share(self, tokens: int, sequences: int) -> None:
+    def share(self, tokens: int, sequences: int, pass_tokens: int = 0, pass_s: float = 0.0) -> None:
         """A fixed K is what the user asked, alone or beside others."""
 
     def plan(self, cap: int, catchup_s: float = 0.0) -> int:
@@ -201,9 +202,14 @@ class AdaptiveK:
         return single is not None and self.cost.draft(cap) < CHEAP * single
 
     # -- the three calls of a step ----------------------------------------------------------------------
-    def share(self, tokens: int, sequences: int) -> None:
-        """The step joins a forward pass holding ``tokens`` of ``sequences`` other sequences (see the doc)."""
+    def share(self, tokens: int, sequences: int, pass_tokens: int = 0, pass_s: float = 0.0) -> None:
+        """The step joins a forward pass holding ``tokens`` of ``sequences`` other sequences (see the doc). The
+        last shared pass (``pass_tokens`` in all, ``pass_s`` seconds) times the cost curve at its size, as a
+        lone window of as many tokens would: a slot that never runs alone learns its costs too, instead of
+        verifying drafts blindly for want of a curve. A pass bigger than any window (a prompt's chunk) is left out."""
         self.load = (tokens, sequences)
+        if sequences and 0 < pass_tokens <= 2 * (self.max_k + 1) and pass_s > 0:
+            self.cost.time_pass(pass_tokens, pass_s)
 
     def plan(self, cap: int, catchup_s: float = 0.0) -> int:
         """How many tokens to ask the drafter for; catchup_s: what the drafter would first spend catching

@@ -148,7 +148,7 @@ def test_prompts_fill_batches_in_arrival_order_beside_the_windows(owner):
         done = together(slots, flush, [(0, NoDrafter(), longer[0]), (1, NoDrafter(), longer[1])])
         assert all(same_until_a_tie(done[i].tokens, ref[i]) for i in range(2))
         assert done[0].stats.prefill_s < done[1].stats.prefill_s, "the first to arrive is prefilled first"
-        assert owner.batch_load() == (0, 0)
+        assert owner.batch_load() == (0, 0, 0, 0.0)
         loads = []
         for i in range(2):  # each slot's steps, and what the other put into each
             slots[i].truncate(0)
@@ -162,7 +162,9 @@ def test_prompts_fill_batches_in_arrival_order_beside_the_windows(owner):
         fibers.start(lambda: generate(slots[1], NoDrafter(), asked[1], GREEDY, max_tokens=12))
         while fibers.live:
             fibers.step()
-        assert (1, 1) in loads, "a decode step beside the other slot's: its one token, one sequence"
+        assert (1, 1) in {load[:2] for load in loads}, "a decode step beside the other slot's: its token, its sequence"
+        shared = [load for load in loads if load.sequences]
+        assert all(load.pass_tokens >= load.tokens + 1 and load.pass_s > 0 for load in shared)  # the pass as it was
     finally:
         for slot in slots:
             slot.close()

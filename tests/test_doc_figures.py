@@ -70,7 +70,7 @@ def bench_concurrency_ratios() -> str:
     def cell(n: str) -> str:
         parts = []
         for temp in ("t0", "t0.8"):
-            rounds = load(f"bench-concurrency-qwen2.5-coder-1.5b-{temp}-2026-12-07.json")["rounds"][n]
+            rounds = load(f"bench-concurrency-qwen2.5-coder-1.5b-{temp}-pass-costs-2026-12-07.json")["rounds"][n]
             labels = list(rounds[0]["systems"])
             pooled = {x: sum(r["systems"][x]["tokens"] for r in rounds) / sum(r["systems"][x]["wall_s"] for r in rounds)
                       for x in labels}  # fmt: skip
@@ -106,8 +106,8 @@ FIGURES = [
     ("docs/serve.md", "| **0.98** | **0.87** | **0.945** |", concurrency_ratios),
     (
         "docs/serve.md",
-        "| **localspec's best ÷ llama-server's best** | **0.94 (0.93) · 0.98 (0.94)** | **0.91 (0.91) · 0.94 (0.92)** "
-        "| **0.85 (0.83) · 0.93 (0.94)** |",
+        "| **localspec's best ÷ llama-server's best** | **0.97 (0.95) · 0.96 (0.96)** | **0.90 (0.90) · 1.02 (0.98)** "
+        "| **0.91 (0.94) · 0.94 (0.90)** |",
         bench_concurrency_ratios,
     ),
     (

@@ -98,7 +98,7 @@ def test_exact_and_fast_turns_plan_on_their_own_kernels_cost_curves(tmp_path, mo
 
     backend = Invariant(vocab_size=20)
     backend.path = model
-    exact = Exact(on=True, kernels=True, margin=0.5, backend=backend.name)
+    exact = Exact(kernels=True, margin=0.5, backend=backend.name)
     session = Session(backend, NgramDrafter(), SamplingParams(temperature=0.8), "scripted", max_tokens=20, exact=exact)
     session.costs = CostCache.of(backend, session.exact.kernels)
     session.speclen = make_policy("auto", session.costs.load())

@@ -61,13 +61,16 @@ def margin_for(backend: Backend) -> tuple[float, str]:
 class Exact:
     """`--exact` for one loaded model: off, or on with the backend's batch-invariant kernels where it has them
     (every temperature), else greedy turns' near-tie guard. ``margin`` is set whenever it is on (the engine's
-    ``exact_guard``: exact_mode below decides what it is used for)."""
+    ``exact_guard``: exact_mode below decides what it is used for), so it is on exactly when it has a margin."""
 
-    on: bool = False
     kernels: bool = False  # batch-invariant kernels run (on, and the backend has them)
     margin: float | None = None  # the near-tie margin (None: off)
     source: str = ""  # where the margin comes from: 'calibrated' (`localspec calibrate`) or 'default'
     backend: str = ""  # the backend's name, for the words
+
+    @property
+    def on(self) -> bool:
+        return self.margin is not None
 
     @classmethod
     def of(cls, backend: Backend, on: bool) -> Exact:
@@ -75,7 +78,7 @@ class Exact:
         if not on:
             return cls(backend=backend.name)
         margin, source = margin_for(backend)
-        return cls(True, backend.capabilities.batch_invariant, margin, source, backend.name)
+        return cls(backend.capabilities.batch_invariant, margin, source, backend.name)
 
     def describe(self) -> str:
         """Which mode greedy turns run, in words: what the load report, stats and TUI show."""

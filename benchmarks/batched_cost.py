@@ -25,7 +25,7 @@ SHAPES = [(1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (1, 1), (2, 1), (3, 1)
 def timed_pass(slots, fibers_of, shape) -> float:
     """One pass of windows ``shape`` (tokens per slot; 0: the slot sits out), then each slot cut back."""
     windows = [[11 + i for i in range(n)] for n in shape]
-    keep = [s.cached_len for s in slots]
+    keep = [len(s.cached_tokens) for s in slots]
     fibers = fibers_of()
     for slot, window in zip(slots, windows, strict=True):
         if window:
@@ -66,7 +66,7 @@ def main() -> int:
     slots, flush = backend.slots(2)
     text = "def f(x):\n    return x * 2\n" * 200
     for i, slot in enumerate(slots):
-        slot.prefill(backend.tokenize(f"# file {i}\n" + text)[: opts.prompt])
+        slot.prefill(backend.tokenizer.tokenize(f"# file {i}\n" + text)[: opts.prompt])
     for shape in SHAPES:  # warm-up
         timed_pass(slots, lambda: Fibers(flush), shape)
     times: dict[tuple, list[float]] = {s: [] for s in SHAPES}

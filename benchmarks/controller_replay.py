@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from localspec.backends.llama_cpp.backend import LlamaCppBackend  # noqa: E402
+from localspec.backends.llama_cpp.vocab import LlamaVocab  # noqa: E402
 from localspec.bench.simulate import cost_curve, simulate  # noqa: E402
 from localspec.drafters.table import DrafterSetup  # noqa: E402
 from localspec.engine.speclen import AdaptiveK  # noqa: E402
@@ -36,15 +36,15 @@ ANSWERS = ROOT / "benchmarks/results/answers-qwen2.5-coder-1.5b.jsonl"
 MODEL = Path.home() / ".cache/localspec-bench-models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 
 
-def cases(backend: LlamaCppBackend, path: Path) -> list[dict]:
+def cases(tokenizer: LlamaVocab, path: Path) -> list[dict]:
     """Each recorded conversation: the prompt (all messages but the last answer, the model's own template) and
     the answer's tokens."""
     out = []
     for line in path.read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
         *asked, answer = record["messages"]
-        prompt = backend.template_tokens(backend.chat_text(asked))
-        answer_tokens = backend.tokenize(answer["content"])
+        prompt = tokenizer.template_tokens(tokenizer.chat_text(asked))
+        answer_tokens = tokenizer.tokenize(answer["content"])
         out.append({"id": record["id"], "kind": record["kind"], "prompt": prompt, "answer": answer_tokens})
     return out
 
@@ -109,8 +109,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     curve = {int(n): s for n, s in json.loads(args.costs.read_text())["data"]["verify_s"].items()}
-    backend = LlamaCppBackend(str(args.model), vocab_only=True)
-    recorded = cases(backend, args.answers)
+    tokenizer = LlamaVocab.load(args.model)
+    recorded = cases(tokenizer, args.answers)
     per_case = replay(recorded, curve, args.drafter, args.k, args.oracle)
     by_kind: dict[str, list[float]] = {}
     for figures in per_case.values():

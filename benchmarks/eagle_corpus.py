@@ -117,7 +117,7 @@ def main() -> None:
             done = generate(
                 backend,
                 DrafterSetup().build("none"),
-                backend.chat_tokens(messages),
+                backend.tokenizer.chat_tokens(messages),
                 sampling,
                 max_tokens=args.max_tokens,
             )

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from localspec.backends.base import Backend  # noqa: E402
+from localspec.backends.tokenizer import Tokenizer  # noqa: E402
 from localspec.backends.torch.backend import TorchBackend  # noqa: E402
 from localspec.backends.torch.decoder import Decoder, DecoderConfig  # noqa: E402
 from localspec.drafters.base import NoDrafter  # noqa: E402
@@ -68,14 +68,11 @@ TINY_RUN = {"ctx": 512, "prompt": 32, "tokens": 24, "repeats": 2, "ks": [1, 2, 4
 GREEDY = SamplingParams(temperature=0)
 
 
-class RandomTokens(Backend):
-    """The tokenizer side a random model needs: no text, no end of turn."""
-
-    name = "random"
+class RandomTokens(Tokenizer):
+    """The tokenizer a random model needs: no text, no end of turn."""
 
     def __init__(self, vocab_size: int) -> None:
-        super().__init__()
-        self.vocab_size, self.eog_tokens, self.model_name = vocab_size, frozenset(), "random"
+        self.vocab_size, self.model_name = vocab_size, "random"
 
     def token_bytes(self, token: int) -> bytes:
         return b"."
@@ -313,7 +310,7 @@ def main(argv=None) -> int:
     if backend.steps is not None:
         name = "graphs" if backend.steps.captured else "fixed-shape eager"
         modes[name] = measure(backend, prompt, run, device, bound)
-    graphs_note = backend.placement.partition(" · ")[2] or "no CUDA graphs on this device"
+    graphs_note = backend.info.placement.partition(" · ")[2] or "no CUDA graphs on this device"
     capture_s = backend.steps.capture_s if backend.steps is not None and backend.steps.captured else None
     backend.set_steps("off")
     head = args.out / "eagle3-head"

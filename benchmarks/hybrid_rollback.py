@@ -104,7 +104,7 @@ def checkpoint_rows(path: Path, args) -> list[dict]:
         llama.RS_SNAPSHOTS = RS_SNAPSHOTS
     rows = []
     with b:
-        assert b.checkpoints
+        assert b.capabilities.checkpoints
         tokens = [(i * 7) % 250 for i in range(args.context + 32)]
         for back in (0, 1, 8, 31):
             window, cut = [], []

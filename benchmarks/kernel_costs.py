@@ -48,7 +48,7 @@ def prompt_tokens(backend: LlamaCppBackend, tokens: int) -> list[int]:
     """A chat prompt of about `tokens` tokens: source code to summarise (past 256, where 1-token attention
     switches kernels)."""
     source = inspect.getsource(json.decoder)
-    ids = backend.chat_tokens([{"role": "user", "content": "Summarise this code:\n" + source}])
+    ids = backend.tokenizer.chat_tokens([{"role": "user", "content": "Summarise this code:\n" + source}])
     return ids[:tokens]
 
 

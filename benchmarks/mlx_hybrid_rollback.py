@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from support.fakes import ScriptedBackend  # noqa: E402
+from support.fakes import ScriptedTokenizer  # noqa: E402
 from support.tiny_mlx_hybrid import qwen3_5_model  # noqa: E402
 
 from localspec.backends.mlx.backend import MlxBackend  # noqa: E402
@@ -37,7 +37,7 @@ def main() -> None:
     args = ap.parse_args()
     vocab = 4096
     model = qwen3_5_model(args.width, args.layers, vocab, head_dim=64, interval=4)
-    b = MlxBackend.from_model(model, ScriptedBackend(vocab_size=vocab), args.context + 64)
+    b = MlxBackend.from_model(model, ScriptedTokenizer(vocab_size=vocab), args.context + 64)
     tokens = [(i * 7) % vocab for i in range(args.context + WINDOW)]
     rows = []
     for back in (1, 8, 16, 31, WINDOW, WINDOW + 1):

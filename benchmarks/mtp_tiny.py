@@ -50,7 +50,7 @@ def main() -> None:
     for i, (kind, write) in enumerate(MODELS.items()):
         path = write(folder / f"model-{i}.gguf")
         with LlamaCppBackend(path, n_ctx=1024, n_threads=2) as backend:
-            prompt = backend.tokenize("the quick brown fox jumps over the lazy dog and")
+            prompt = backend.tokenizer.tokenize("the quick brown fox jumps over the lazy dog and")
             plain = generate(backend, NoDrafter(), prompt, greedy, max_tokens=args.tokens)
             drafter = build(backend, None, DrafterContext(seed=0))
             try:

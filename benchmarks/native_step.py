@@ -101,8 +101,8 @@ def worker(a) -> dict:
 
     rng = np.random.default_rng(a.seed)
     prompt = [int(t) for t in rng.integers(0, b.vocab_size, a.depth)]
-    if b.add_bos and b.bos_token is not None:
-        prompt[0] = b.bos_token
+    if b.tokenizer.add_bos and b.tokenizer.bos_token is not None:
+        prompt[0] = b.tokenizer.bos_token
     b.forward([prompt[0]])  # warm-up step, as llama-bench's one-token gen warm-up
     b.truncate(0)
     if a.worker == "engine":
@@ -156,7 +156,7 @@ def engine_run(b, prompt: list[int], tokens: int, libs: dict) -> dict:
     from localspec.engine.loop import generate
     from localspec.sampling import SamplingParams
 
-    b.eog_tokens = frozenset()  # random text may hit end-of-turn early: always decode `tokens`
+    b.tokenizer.eog_tokens = frozenset()  # random text may hit end-of-turn early: always decode `tokens`
     stats = generate(b, NoDrafter(), prompt, SamplingParams(temperature=0), max_tokens=tokens, draft_tokens=1).stats
     step = stats.decode_s / stats.steps
     return {

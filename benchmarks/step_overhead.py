@@ -53,7 +53,7 @@ def one_run(backend, tokens: int) -> dict:
     from localspec.drafters.base import NoDrafter
 
     # a plain-text prompt the model goes on counting from, so that no end-of-turn token stops it early
-    prompt = backend.tokenize(", ".join(str(i) for i in range(1, 41)) + ",")
+    prompt = backend.tokenizer.tokenize(", ".join(str(i) for i in range(1, 41)) + ",")
     backend.truncate(0)
     lib = backend._lib = TimedLib(backend._lib)
     profile = cProfile.Profile()

@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from localspec.backends.llama_cpp.backend import LlamaCppBackend  # noqa: E402
+from localspec.backends.llama_cpp.vocab import LlamaVocab  # noqa: E402
 from localspec.bench.run import load_cases  # noqa: E402
 from localspec.bench.simulate import cost_curve, simulate, summary  # noqa: E402
 from localspec.drafters.ngram import NgramDrafter  # noqa: E402
@@ -102,7 +102,7 @@ ANSWERS = {
 }
 
 
-def code_edit_cases(backend, workload: Path) -> list[tuple[str, list[int], list[int]]]:
+def code_edit_cases(tokenizer, workload: Path) -> list[tuple[str, list[int], list[int]]]:
     out = []
     for case in load_cases(str(workload)):
         if case["kind"] != "code-edit":
@@ -111,17 +111,19 @@ def code_edit_cases(backend, workload: Path) -> list[tuple[str, list[int], list[
         if build is None:
             raise SystemExit(f"no answer builder for code-edit case {case['id']!r}: add one to ANSWERS")
         answer = f"```python\n{build(_code_of(case))}```"
-        out.append((case["id"], backend.chat_tokens(case["messages"]), backend.tokenize(answer)))
+        out.append((case["id"], tokenizer.chat_tokens(case["messages"]), tokenizer.tokenize(answer)))
     return out
 
 
-def recorded_cases(backend, path: Path) -> dict[str, list[tuple[list[int], list[int]]]]:
+def recorded_cases(tokenizer, path: Path) -> dict[str, list[tuple[list[int], list[int]]]]:
     """Recorded answers by case kind: (prompt tokens, answer tokens)."""
     by_kind: dict[str, list] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         case = json.loads(line)
         *history, answer = case["messages"]
-        by_kind.setdefault(case["kind"], []).append((backend.chat_tokens(history), backend.tokenize(answer["content"])))
+        by_kind.setdefault(case["kind"], []).append(
+            (tokenizer.chat_tokens(history), tokenizer.tokenize(answer["content"]))
+        )
     return by_kind
 
 
@@ -214,8 +216,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/suffix-replay-code-edits.json")
     args = parser.parse_args()
     gguf = smollm2_gguf()
-    backend = LlamaCppBackend(gguf, vocab_only=True, n_ctx=4096)  # vocab_only reads n_ctx_train as 0
-    cases = code_edit_cases(backend, args.workload)
+    tokenizer = LlamaVocab.load(gguf)
+    cases = code_edit_cases(tokenizer, args.workload)
     with tempfile.TemporaryDirectory() as tmp:
         before = build_before(Path(tmp))
 
@@ -243,7 +245,7 @@ def main() -> None:
             return results
 
         constructed = replay([(prompt, answer) for _, prompt, answer in cases])
-        by_kind = recorded_cases(backend, RECORDED)
+        by_kind = recorded_cases(tokenizer, RECORDED)
         recorded = {kind: replay(kind_cases) for kind, kind_cases in by_kind.items()}
     controlled = controller_replay(
         {"constructed code edits": [(p, a) for _, p, a in cases]} | {f"recorded {k}": c for k, c in by_kind.items()}
@@ -285,7 +287,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {args.out}")
-    backend.close()
+    tokenizer.close()
 
 
 if __name__ == "__main__":

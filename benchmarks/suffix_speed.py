@@ -51,7 +51,7 @@ def main() -> None:
         suffix_tree.implementation = lambda: args.implementation
     _, path = resolve_model(args.model)
     with LlamaCppBackend(path, n_ctx=512, n_threads=1) as backend:
-        tokens = backend.tokenize(stdlib_text(args.global_tokens * 5))
+        tokens = backend.tokenizer.tokenize(stdlib_text(args.global_tokens * 5))
     corpus, probe = tokens[: args.global_tokens], tokens[args.global_tokens :]
     if len(probe) < 10_000:
         raise SystemExit("not enough text for probes; lower --global-tokens")

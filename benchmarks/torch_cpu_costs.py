@@ -39,7 +39,7 @@ def main() -> None:
     report, reference = {"model": args.model, "dtypes": {}}, None
     for dtype in ("float32", "bfloat16", "float16"):
         backend = TorchBackend(args.model, n_ctx=1024, dtype=dtype)
-        tokens = backend.tokenize(TEXT)
+        tokens = backend.tokenizer.tokenize(TEXT)
         backend.prefill(tokens[:-13])
         keep = len(tokens) - 13
 

@@ -78,7 +78,7 @@ def main() -> None:
     rows = []
     with LlamaCppBackend(path, n_ctx=2048, n_threads=args.threads, batch_invariant=True) as backend:
         backend.set_batch_invariant(True)
-        prompt = (backend.tokenize("def f(x):\n    return x * 2\n") * 400)[: args.prompt_tokens]
+        prompt = (backend.tokenizer.tokenize("def f(x):\n    return x * 2\n") * 400)[: args.prompt_tokens]
         backend.prefill(prompt)
         for depth in [int(d) for d in args.depths.split(",")]:
             rows.append(measure(backend, prompt, depth, args.repeats))

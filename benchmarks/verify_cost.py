@@ -31,7 +31,7 @@ def main() -> None:
     args = ap.parse_args()
     name, path = resolve_model(args.model)
     with LlamaCppBackend(path, n_ctx=2048, n_threads=args.threads) as backend:
-        prompt = (backend.tokenize("def f(x):\n    return x * 2\n") * 200)[: args.prompt_tokens]
+        prompt = (backend.tokenizer.tokenize("def f(x):\n    return x * 2\n") * 200)[: args.prompt_tokens]
         backend.prefill(prompt)
         rows = {}
         for k in [int(k) for k in args.ks.split(",")]:

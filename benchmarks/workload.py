@@ -150,7 +150,9 @@ def main() -> None:
         for method in order:
             toks: list[int] = []
             if method == "peer":
-                ttft, dec, first_n, total, extra = run_peer(llama, prompt, case["max_tokens"], backend.eog_tokens, toks)
+                ttft, dec, first_n, total, extra = run_peer(
+                    llama, prompt, case["max_tokens"], backend.tokenizer.eog_tokens, toks
+                )
             else:
                 ttft, dec, first_n, total, extra = run_ours(
                     backend, drafters[method], prompt, case["max_tokens"], args.draft_tokens, toks

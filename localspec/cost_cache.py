@@ -1,7 +1,7 @@
 """Figures measured on this machine, kept on disk between sessions, one small JSON file per key.
 
 What a k-token window costs depends on the model file, the backend and its build, the device and the
-threads (Backend.cost_key()), not on the conversation, so a new session can start from the last one's
+threads (cost_key), not on the conversation, so a new session can start from the last one's
 curve instead of measuring (and exploring) it again; the exact guard's near-tie margin
 (localspec/engine/exact.py) is kept the same way. Files live in ``~/.cache/localspec/<kind>/`` (or
 ``$LOCALSPEC_CACHE/<kind>/``). A damaged file is ignored with a warning and overwritten by the next save;
@@ -78,12 +78,26 @@ class CostCache(KeyedCache):
 
     @classmethod
     def of(cls, backend, invariant: bool) -> CostCache:
-        """The curve for ``backend`` (Backend.cost_key) and the kernels in use: batch-invariant windows cost more
+        """The curve for ``backend`` (cost_key) and the kernels in use: batch-invariant windows cost more
         than the default kernels' (localspec/backends/llama_cpp/exact.py), so each has its own."""
-        key = None if cache_disabled() else backend.cost_key()
+        key = None if cache_disabled() else cost_key(backend)
         if key is not None and invariant:
             key += "|batch-invariant kernels"
         return cls(key)
+
+
+def cost_key(backend) -> str | None:
+    """Identifies what verify windows cost on this machine (the controller's curve is kept per key): the model
+    file (path, size, mtime), the backend and its build, the context. None: nothing to key it by."""
+    path = backend.path
+    try:
+        stat = Path(path).stat() if path is not None else None
+    except OSError:
+        return None
+    if stat is None:
+        return None
+    where = f"{backend.name}|{Path(path).resolve()}|{stat.st_size}|{int(stat.st_mtime)}"
+    return f"{where}|{backend.build_id()}|ctx {backend.n_ctx}"
 
 
 def cache_disabled() -> bool:

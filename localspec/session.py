@@ -35,7 +35,7 @@ def thinking_options(backend: Backend, model: str, think: bool | None) -> dict:
     """The chat template variables for --think/--no-think, or a ConfigError for a template without the switch."""
     if think is None:
         return {}
-    if SWITCH not in (backend.chat_template or ""):
+    if SWITCH not in (backend.tokenizer.chat_template or ""):
         flag = "--think" if think else "--no-think"
         raise ConfigError(
             f"{flag}: {model}'s chat template has no thinking switch ({SWITCH}); it applies to reasoning models "
@@ -195,9 +195,9 @@ class Session:
         session's drafter (grammar+suffix), or no constraint and the session's drafter."""
         if grammar is None:
             return None, self.drafter
-        if not self.backend.eog_tokens:
+        if not self.backend.tokenizer.eog_tokens:
             raise ModelError("this model has no end-of-generation token, so a grammar could never end its answer")
-        constraint = Constraint(grammar, self.backend.grammar_tokenizer(), self.backend.vocab_size)
+        constraint = Constraint(grammar, self.backend.tokenizer.grammar_tokenizer(), self.backend.vocab_size)
         return constraint, GrammarDrafter(self.drafter)
 
     def save_costs(self) -> None:
@@ -210,15 +210,15 @@ class Session:
         draft = self.draft_model()
         if draft:
             text += f" + draft {draft}"
-        if self.backend.placement:
-            text += f" · {self.backend.placement}"
+        if self.backend.info.placement:
+            text += f" · {self.backend.info.placement}"
         about = self.drafter.describe()
         text += f" · drafter {self.drafter.name}{f' ({about})' if about else ''}, {self.speclen.label}"
-        rollback = self.backend.max_rollback  # a recurrent state: drafts no longer than its snapshots reach
-        if self.backend.checkpoints:
+        rollback = self.backend.capabilities.max_rollback  # a recurrent state: drafts as long as its snapshots
+        if self.backend.capabilities.checkpoints:
             text += " · recurrent state: saved before each verify window, restored on a rejection"
         elif rollback is not None:
-            snapshots = self.backend.snapshot_bytes
+            snapshots = self.backend.info.snapshot_bytes
             size = f" ({rollback} snapshots of it, {snapshots / 2**20:.0f} MB)" if snapshots else ""
             text += f" · recurrent state{size}: " + (
                 f"drafts of at most {rollback} tokens" if rollback else "no speculation"

@@ -7,7 +7,7 @@ from dataclasses import replace
 from support.fakes import ScriptedBackend, step_of
 
 from localspec.chat.conversation import Conversation
-from localspec.cost_cache import CostCache
+from localspec.cost_cache import CostCache, cost_key
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine.exact import Exact
 from localspec.engine.speclen import AdaptiveK, make_policy
@@ -51,7 +51,7 @@ def test_a_session_saves_its_curve_after_each_turn_and_the_next_one_starts_from_
     model.write_bytes(b"GGUF")
     backend = ScriptedBackend(vocab_size=20)
     backend.path = model  # what a real backend keys its curve by
-    key = backend.cost_key()
+    key = cost_key(backend)
     assert key is not None and str(model) in key
 
     def session():

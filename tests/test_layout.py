@@ -175,6 +175,32 @@ def test_the_session_keeps_the_chat_and_each_command_is_a_module():
         assert path.stem == "quants" or {"add_parser", "run"} <= defined, path.name
 
 
+def class_members(path, name: str) -> list[str]:
+    """The public names a class defines: methods, properties and annotated or assigned attributes."""
+    cls = next(n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef) and n.name == name)
+    names = [n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    names += [n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
+    names += [t.id for n in cls.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)]
+    return [n for n in names if not n.startswith("_")]
+
+
+def test_the_backend_keeps_the_cache_and_the_forward_pass():
+    """Backend: the cache, the forward pass and what they need; the vocabulary is its Tokenizer
+    (backends/tokenizer.py), the report facts a frozen ModelInfo, what it offers its Capabilities."""
+    members = class_members(ROOT / "backends" / "base.py", "Backend")
+    assert len(members) <= 30, members
+    assert {"tokenizer", "info", "capabilities", "forward", "truncate"} <= set(members)
+    assert not {"tokenize", "token_bytes", "chat_tokens", "eog_tokens", "placement", "train_ctx"} & set(members)
+    tokenizer = class_members(ROOT / "backends" / "tokenizer.py", "Tokenizer")
+    assert {"tokenize", "token_bytes", "chat_tokens", "fim_tokens", "grammar_tokenizer", "eog_tokens"} <= set(tokenizer)
+    for path, name in (
+        (ROOT / "backends" / "torch" / "hf.py", "HfTokenizer"),
+        (ROOT / "backends" / "llama_cpp" / "vocab.py", "LlamaVocab"),
+    ):
+        cls = next(n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef) and n.name == name)
+        assert [b.id for b in cls.bases] == ["Tokenizer"], name
+
+
 PLANTED = {
     "an upward import": (
         "localspec.engine.loop",

@@ -1,4 +1,4 @@
-"""What every backend provides: one loaded model, its tokenizer and its KV cache.
+"""What every backend provides: one loaded model, its tokenizer (backends/tokenizer.py) and its KV cache.
 
 The backend owns the cache; the engine only asks for it to be extended (prefill, forward) or cut back
 (truncate). ``cached_tokens`` are the tokens whose keys/values are in the cache, position i at index i.
@@ -6,25 +6,13 @@ The backend owns the cache; the engine only asks for it to be extended (prefill,
 
 from __future__ import annotations
 
-import codecs
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.backends.chat_template import render_chat
+from localspec.backends.tokenizer import Tokenizer
 from localspec.errors import ConfigError
-from localspec.types import BatchLoad, FimTokens, ForwardOut
-
-# the texts code models give their fill-in-the-middle markers, prefix first (Qwen2.5-Coder, StarCoder, Granite,
-# DeepSeek-Coder, CodeLlama), as llama.cpp's vocabulary loader recognises them where a file names no ids
-FIM_MARKERS = {
-    "pre": ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>"),
-    "suf": ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>"),
-    "mid": ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>"),
-    "rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
-    "sep": ("<|file_sep|>",),
-}
+from localspec.types import BatchLoad, ForwardOut
 
 Progress = Callable[[int, int], None] | None  # (done, total) tokens
 
@@ -39,6 +27,21 @@ class Capabilities:
     feature_layers: bool = False  # set_feature_layers picks the layers whose hidden states come back
     batch_invariant: bool = False  # set_batch_invariant(True) makes a window's rows equal 1-token steps' bit for bit
     snapshots: bool = False  # save_state / load_state copy the cache out and back (the server's conversation states)
+    max_rollback: int | None = None  # the most positions truncate may cut back at once (None: any)
+    checkpoints: bool = False  # the cache saves a state before each verify window (a recurrent model without snapshots)
+    mtp_layers: int = 0  # the model file's own MTP (next-n) layers, loaded (llama.cpp): what `--drafter mtp` runs
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a loaded model is, fixed at load: for the load report, bench's records and `/v1/models`."""
+
+    placement: str = ""  # where the weights went ("" when there is nothing to say)
+    train_ctx: int = 0  # the context length the model was trained for (0: unknown)
+    n_params: int = 0  # the parameter count (0: unknown)
+    size_bytes: int = 0  # the bytes of the weights (every part of a split file)
+    gpu_layers: int = 0  # layers whose weights went to a GPU (a side context on the same weights offloads as many)
+    snapshot_bytes: int = 0  # bytes a recurrent state's snapshots take (0: the cache is cut by position)
 
 
 class Backend:
@@ -47,144 +50,25 @@ class Backend:
 
     name = "base"
     capabilities = Capabilities()
+    info = ModelInfo()
     n_ctx: int
-    vocab_size: int
-    eog_tokens: frozenset[int]
-    bos_token: int | None = None
-    eos_token: int | None = None
-    add_bos: bool = False
-    chat_template: str | None = None
+    vocab_size: int  # the width of a logits row
+    tokenizer: Tokenizer  # its vocabulary, special tokens and chat template
     model_name: str = ""
-    max_rollback: int | None = None  # the most positions truncate may cut back at once (None: any)
-    placement: str = ""  # where the weights went, for the load report ("" when there is nothing to say)
     path: Path | None = None  # the model file or folder (None: built in memory)
     n_threads: int | None = None  # CPU threads a forward runs on (None: the library's choice)
     n_batch: int = 512  # the most tokens one forward takes; longer inputs go in chunks
-    offloaded_layers: int = 0  # layers whose weights went to a GPU
-    checkpoints: bool = False  # the cache saves a state before each verify window (a recurrent model without snapshots)
-    snapshot_bytes: int = 0  # bytes one saved state of a recurrent model takes (0: the cache is cut by position)
-    mtp_layers: int = 0  # the model file's own MTP (next-n) layers, loaded (llama.cpp)
-    train_ctx: int = 0  # the context length the model was trained for (0: unknown)
 
     def __init__(self) -> None:
         self._tokens: list[int] = []
-
-    # -- tokenizer ------------------------------------------------------------------------------------
-    def tokenize(self, text: str, special: bool = False) -> list[int]:
-        """Token ids of ``text``; ``special`` parses control tokens such as <|im_start|> (templates)."""
-        raise NotImplementedError
-
-    def token_bytes(self, token: int) -> bytes:
-        """The bytes a token stands for in generated text (control tokens render as nothing)."""
-        raise NotImplementedError
-
-    def token_text(self, token: int) -> str:
-        """The vocabulary entry of a token, for display and vocabulary comparison."""
-        return self.token_bytes(token).decode("utf-8", errors="replace")
-
-    def tokenizer_kind(self) -> str:
-        """The tokenizer's algorithm and pre-tokenizer, e.g. 'gpt2/qwen2' ('' if the backend cannot tell)."""
-        return ""
-
-    def is_padding(self, token: int) -> bool:
-        """True for ids that only pad the vocabulary (never produced by the tokenizer)."""
-        return False
-
-    def tokenizer_key(self) -> str:
-        """A fingerprint of the vocabulary: equal only for models whose tokens are the same."""
-        if getattr(self, "_tokenizer_key", None) is None:
-            h = hashlib.sha256(str(self.vocab_size).encode())
-            for token in range(self.vocab_size):
-                h.update(self.token_text(token).encode("utf-8", errors="replace") + b"\0")
-            self._tokenizer_key = h.hexdigest()
-        return self._tokenizer_key
-
-    def detokenizer(self) -> StreamDetokenizer:
-        return StreamDetokenizer(self.token_bytes)
-
-    def grammar_tokenizer(self):
-        """The vocabulary as llguidance sees it (an ``LLTokenizer``, built once: ~1 s for 150k tokens), for
-        structured output. This one works from ``token_bytes`` and ``tokenize``; end-of-generation and
-        beginning tokens are marked special (never text the grammar may allow)."""
-        if getattr(self, "_grammar_tokenizer", None) is None:
-            import llguidance
-
-            specials = set(self.eog_tokens) | ({self.bos_token} if self.bos_token is not None else set())
-            pieces = [
-                b"\xff" + (self.token_text(t) or f"<special_{t}>").encode() if t in specials else self.token_bytes(t)
-                for t in range(self.vocab_size)
-            ]
-            backend = self
-
-            class Vocabulary:
-                eos_token_id, bos_token_id = min(self.eog_tokens), self.bos_token
-                special_token_ids, tokens = sorted(specials), pieces
-
-                def __call__(self, data: bytes) -> list[int]:
-                    return backend.tokenize(data.decode("utf-8", errors="replace"))
-
-            self._grammar_tokenizer = llguidance.LLTokenizer(
-                llguidance.TokenizerWrapper(Vocabulary()), eos_token=sorted(self.eog_tokens)
-            )
-        return self._grammar_tokenizer
-
-    def fim_tokens(self) -> FimTokens | None:
-        """The model's fill-in-the-middle tokens, None where it has no prefix, suffix and middle markers. This one
-        looks the markers up by their text (``FIM_MARKERS``), each of which must be one token of the vocabulary;
-        llama.cpp reads them from the model file."""
-        found = {}
-        for role, texts in FIM_MARKERS.items():
-            for text in texts:
-                ids = self.tokenize(text, special=True)
-                if len(ids) == 1 and self.token_text(ids[0]) == text:
-                    found[role] = ids[0]
-                    break
-        return FimTokens(**found) if {"pre", "suf", "mid"} <= found.keys() else None
-
-    def chat_text(
-        self, messages: Sequence[dict], add_generation_prompt: bool = True, tools=None, options: dict | None = None
-    ) -> str:
-        """The conversation (and the tools offered, for templates that render them) in the model's own chat
-        template, with the template's own ``options`` (``enable_thinking``)."""
-        bos = self.token_text(self.bos_token) if self.bos_token is not None else ""
-        eos = self.token_text(self.eos_token) if self.eos_token is not None else ""
-        return render_chat(
-            self.chat_template,
-            messages,
-            add_generation_prompt=add_generation_prompt,
-            bos_token=bos,
-            eos_token=eos,
-            tools=tools,
-            options=options,
-        )
-
-    def chat_tokens(
-        self, messages: Sequence[dict], add_generation_prompt: bool = True, options: dict | None = None
-    ) -> list[int]:
-        """The conversation rendered with the model's own chat template, as token ids."""
-        return self.template_tokens(self.chat_text(messages, add_generation_prompt, options=options))
-
-    def template_tokens(self, text: str) -> list[int]:
-        """Rendered template text as token ids (its special tokens are tokens, not text)."""
-        return self.with_bos(self.tokenize(text, special=True))
-
-    def with_bos(self, tokens: list[int]) -> list[int]:
-        """``tokens`` led by the BOS token, when the model wants one and they lack it."""
-        if self.add_bos and self.bos_token is not None and tokens[:1] != [self.bos_token]:
-            return [self.bos_token, *tokens]
-        return tokens
 
     # -- cache ----------------------------------------------------------------------------------------
     @property
     def cached_tokens(self) -> tuple[int, ...]:
         return tuple(self._tokens)
 
-    @property
-    def cached_len(self) -> int:
-        return len(self._tokens)
-
     def truncate(self, keep: int) -> None:
-        """Keep the first ``keep`` cached positions (absolute; a no-op if ``keep >= cached_len``)."""
+        """Keep the first ``keep`` cached positions (absolute; a no-op if ``keep`` is past the cache)."""
         raise NotImplementedError
 
     def checkpoint(self) -> None:
@@ -250,35 +134,12 @@ class Backend:
         raise NotImplementedError(f"the {self.name} backend cannot load a saved cache (load_state)")
 
     # -- resources ------------------------------------------------------------------------------------
-    @property
-    def n_params(self) -> int:
-        """The model's parameter count (0: the backend cannot tell)."""
-        return 0
-
-    @property
-    def size_bytes(self) -> int:
-        """The bytes of the model's weights (without the cache memory_bytes counts too, where it does)."""
-        return self.memory_bytes()
-
     def build_id(self) -> str:
         """What besides the model file decides a forward's cost: library version, device, dtype, threads."""
         return ""
 
-    def cost_key(self) -> str | None:
-        """Identifies what verify windows cost on this machine (the controller's curve is kept per key):
-        the model file (path, size, mtime), the backend and its build. None: nothing to key it by."""
-        path = self.path
-        try:
-            stat = Path(path).stat() if path is not None else None
-        except OSError:
-            return None
-        if stat is None:
-            return None
-        return (
-            f"{self.name}|{Path(path).resolve()}|{stat.st_size}|{int(stat.st_mtime)}|{self.build_id()}|ctx {self.n_ctx}"
-        )
-
     def memory_bytes(self) -> int:
+        """The bytes the model takes now: its weights, and its cache where the backend counts it."""
         return 0
 
     def batch_load(self) -> BatchLoad:
@@ -303,49 +164,13 @@ class Backend:
         self.close()
 
 
-class StreamDetokenizer:
-    """Turns a stream of token ids into text without ever splitting a UTF-8 character: bytes of an
-    incomplete character are held back until the token that completes it arrives."""
-
-    def __init__(self, token_bytes: Callable[[int], bytes]) -> None:
-        self._token_bytes = token_bytes
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def push(self, token: int) -> str:
-        return self._decoder.decode(self._token_bytes(token))
-
-    def flush(self) -> str:
-        return self._decoder.decode(b"", final=True)
-
-
 class ModelBackend(Backend):
-    """A backend that runs its own model (torch, MLX) next to a separate tokenizer backend: tokenizer calls
-    are delegated, and prompts are prefilled in chunks by one loop. Subclasses implement
+    """A backend that runs its own model (torch, MLX) beside a tokenizer read from its files; prompts are
+    prefilled in chunks by one loop. Subclasses implement
     ``_prefill_chunk(tokens, features) -> feature rows or None`` and set ``feature_width``."""
 
-    tokenizer: Backend
     feature_width: int = 0
     PREFILL_CHUNK = 256
-
-    def _take_tokenizer(self, tokenizer: Backend) -> None:
-        self.tokenizer = tok = tokenizer
-        self.eog_tokens, self.bos_token, self.eos_token = tok.eog_tokens, tok.bos_token, tok.eos_token
-        self.add_bos, self.chat_template = tok.add_bos, tok.chat_template
-
-    def tokenize(self, text: str, special: bool = False) -> list[int]:
-        return self.tokenizer.tokenize(text, special)
-
-    def token_bytes(self, token: int) -> bytes:
-        return self.tokenizer.token_bytes(token)
-
-    def token_text(self, token: int) -> str:
-        return self.tokenizer.token_text(token)
-
-    def tokenizer_kind(self) -> str:
-        return self.tokenizer.tokenizer_kind()
-
-    def is_padding(self, token: int) -> bool:
-        return self.tokenizer.is_padding(token)
 
     def prefill(self, tokens: Sequence[int], progress: Progress = None) -> None:
         self._chunked(tokens, progress, features=False)

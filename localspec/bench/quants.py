@@ -80,7 +80,7 @@ def time_windows(path: Path, rounds: int, windows=WINDOWS, threads: int | None =
     backend = LlamaCppBackend(path, n_ctx=CONTEXT + max(windows) + 16, n_threads=threads, batch_invariant=False)
     try:
         text = "def step(state, x):\n    return state * 31 + x  # a line of code, repeated\n" * 200
-        prompt = backend.tokenize(text)[:CONTEXT]
+        prompt = backend.tokenizer.tokenize(text)[:CONTEXT]
         backend.prefill(prompt)
         backend.forward(prompt[:4])  # warm up: the first window pays for its buffers
         backend.truncate(CONTEXT)
@@ -91,7 +91,7 @@ def time_windows(path: Path, rounds: int, windows=WINDOWS, threads: int | None =
                 backend.forward(prompt[:k])
                 times[k].append((time.perf_counter() - started) * 1e3)
                 backend.truncate(CONTEXT)
-        bits = 8 * backend.size_bytes / backend.n_params  # all tensors, every part of a split file
+        bits = 8 * backend.info.size_bytes / backend.info.n_params  # all tensors, every part of a split file
         return times, bits, backend.metadata("general.name") or path.stem
     finally:
         backend.close()

@@ -36,7 +36,7 @@ class Conversation:
         messages = [template_message(m) for m in self.messages]
         first = self.dropped
         while True:
-            tokens = backend.chat_tokens(head + messages[first:], options=options)
+            tokens = backend.tokenizer.chat_tokens(head + messages[first:], options=options)
             if len(tokens) + reserve <= backend.n_ctx:
                 self.dropped = first
                 return tokens

@@ -23,10 +23,10 @@ class ModelText:
 
     @property
     def chat_template(self) -> str | None:
-        return self.backend.chat_template
+        return self.backend.tokenizer.chat_template
 
     def chat_text(self, messages: list[dict], tools: list[dict] | None = None) -> str:
-        return self.backend.chat_text(messages, tools=tools, options=self.template_options)
+        return self.backend.tokenizer.chat_text(messages, tools=tools, options=self.template_options)
 
     @cached_property
     def reasoning(self) -> ReasoningFormat | None:
@@ -41,35 +41,36 @@ class ModelText:
         return conversation.prompt_tokens(self.backend, reserve=reserve, options=self.template_options)
 
     def template_tokens(self, text: str) -> list[int]:
-        return self.backend.template_tokens(text)
+        return self.backend.tokenizer.template_tokens(text)
 
     def text_prompt(self, text: str) -> list[int]:
-        return self.backend.with_bos(self.backend.tokenize(text))
+        tokenizer = self.backend.tokenizer
+        return tokenizer.with_bos(tokenizer.tokenize(text))
 
     def infill_prompt(self, infill: Infill, max_tokens: int | None) -> list[int]:
         """A fill-in-the-middle prompt in this model's FIM tokens (chat/fim.py), room left for the answer."""
-        b = self.backend
-        marks = b.fim_tokens()
+        b, tokenizer = self.backend, self.backend.tokenizer
+        marks = tokenizer.fim_tokens()
         if marks is None:
             raise ModelError(
                 f"{self.model_name} has no fill-in-the-middle tokens (prefix, suffix and middle markers), so it "
                 "cannot fill in code; serve a code model that has them (Qwen2.5-Coder, StarCoder 2, CodeLlama, "
                 "DeepSeek-Coder)"
             )
-        bos = b.bos_token if b.add_bos else None
+        bos = tokenizer.bos_token if tokenizer.add_bos else None
         room = min(max_tokens or self.max_tokens, b.n_ctx // 2)  # clients send 4096 whatever the context: clipped
-        return infill_tokens(infill, marks, b.tokenize, b.n_ctx, room, bos)
+        return infill_tokens(infill, marks, tokenizer.tokenize, b.n_ctx, room, bos)
 
     def special_token(self, text: str) -> int | None:
         """The special token that is ``text`` in this model's vocabulary (as a grammar sees it), else None."""
-        ids = self.backend.tokenize(text, special=True)
-        return special_token(self.backend.grammar_tokenizer(), ids)
+        tokenizer = self.backend.tokenizer
+        return special_token(tokenizer.grammar_tokenizer(), tokenizer.tokenize(text, special=True))
 
     def token_bytes(self, token: int) -> bytes:
-        return self.backend.token_bytes(token)
+        return self.backend.tokenizer.token_bytes(token)
 
     def ends_generation(self, token: int) -> bool:
-        return token in self.backend.eog_tokens
+        return token in self.backend.tokenizer.eog_tokens
 
     @property
     def context_size(self) -> int:
@@ -77,6 +78,6 @@ class ModelText:
 
     def model_card(self) -> dict:
         """What the model is, in llama-server's `/v1/models` `meta` names (on the thread that owns the model)."""
-        b = self.backend
-        card = {"n_ctx": b.n_ctx, "n_vocab": b.vocab_size, "n_params": b.n_params, "size": b.size_bytes}
-        return {"n_ctx_train": b.train_ctx, **card} if b.train_ctx else card
+        b, info = self.backend, self.backend.info
+        card = {"n_ctx": b.n_ctx, "n_vocab": b.vocab_size, "n_params": info.n_params, "size": info.size_bytes}
+        return {"n_ctx_train": info.train_ctx, **card} if info.train_ctx else card

@@ -26,31 +26,32 @@ def shared_vocab(target: Backend, draft: Backend, known_drafts: Sequence[str] = 
 
 
 def _first_difference(target: Backend, draft: Backend) -> tuple[str, int]:
-    kind_t, kind_d = target.tokenizer_kind(), draft.tokenizer_kind()
+    tt, td = target.tokenizer, draft.tokenizer
+    kind_t, kind_d = tt.kind(), td.kind()
     if kind_t != kind_d:
         return f"tokenizer {kind_d!r} vs the target's {kind_t!r}", 0
     shared = min(target.vocab_size, draft.vocab_size)
     bigger = target if target.vocab_size > draft.vocab_size else draft
     for token in range(shared, bigger.vocab_size):
-        if not bigger.is_padding(token):
+        if not bigger.tokenizer.is_padding(token):
             return (
                 f"vocabulary sizes {draft.vocab_size} vs {target.vocab_size}, and id {token} of "
-                f"{bigger.model_name} is a real token ({bigger.token_text(token)!r}), not padding"
+                f"{bigger.model_name} is a real token ({bigger.tokenizer.token_text(token)!r}), not padding"
             ), 0
     for what, a, b in (
-        ("bos token", target.bos_token, draft.bos_token),
-        ("eos token", target.eos_token, draft.eos_token),
+        ("bos token", tt.bos_token, td.bos_token),
+        ("eos token", tt.eos_token, td.eos_token),
     ):
         if a != b:
             return f"{what} {b} vs the target's {a}", 0
-    eog_t = {t for t in target.eog_tokens if t < shared}
-    eog_d = {t for t in draft.eog_tokens if t < shared}
+    eog_t = {t for t in tt.eog_tokens if t < shared}
+    eog_d = {t for t in td.eog_tokens if t < shared}
     if eog_t != eog_d:
         return f"end-of-generation tokens {sorted(eog_d)} vs the target's {sorted(eog_t)}", 0
-    if target.tokenizer_key() == draft.tokenizer_key():
+    if tt.key() == td.key():
         return "", shared
     for token in range(shared):
-        a, b = target.token_text(token), draft.token_text(token)
+        a, b = tt.token_text(token), td.token_text(token)
         if a != b:
             return f"token {token} is {b!r} in the draft but {a!r} in the target", 0
     return "", shared

@@ -4,7 +4,7 @@ A plain greedy run (1-token steps, as plain decoding) records every position's t
 same tokens are fed again, teacher-forced, in windows of each size the controller verifies, whose KV rows
 are written by windows as in speculative decoding. The margin is twice the largest difference of a
 position's gap between the plain run and any windowed run, over at least MIN_POSITIONS positions. It is
-cached per Backend.cost_key() (model file, backend, build, threads); a backend with nothing cached uses
+cached per cost_key (model file, backend, build, threads); a backend with nothing cached uses
 exact_guard.DEFAULT_MARGIN.
 """
 
@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from localspec.backends.base import Backend
+from localspec.cost_cache import cost_key
 from localspec.engine.exact import MarginCache
 from localspec.rows import top_gaps
 
@@ -54,7 +55,7 @@ def _plain_rows(backend: Backend, prompt: Sequence[int], limit: int, stop: bool 
     for _ in range(limit):
         rows.append(backend.forward([token]).logits[-1])
         token = int(np.argmax(rows[-1]))
-        if stop and (token in backend.eog_tokens or len(prompt) + len(fed) + 2 >= backend.n_ctx):
+        if stop and (token in backend.tokenizer.eog_tokens or len(prompt) + len(fed) + 2 >= backend.n_ctx):
             break
         fed.append(token)
     return fed, np.array(rows)
@@ -124,9 +125,9 @@ def measure(
 
 def calibrate(backend: Backend, progress: Callable[[str], None] | None = None, positions: int = MIN_POSITIONS) -> dict:
     """Measure on the built-in prompts (chat-formatted) and cache the result for this backend."""
-    prompts = [backend.chat_tokens([{"role": "user", "content": p}]) for p in PROMPTS]
+    prompts = [backend.tokenizer.chat_tokens([{"role": "user", "content": p}]) for p in PROMPTS]
     result = measure(backend, prompts, positions=positions, progress=progress)
-    MarginCache(backend.cost_key()).save(result)
+    MarginCache(cost_key(backend)).save(result)
     return result
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from localspec.cost_cache import KeyedCache
+from localspec.cost_cache import KeyedCache, cost_key
 from localspec.rows import Rows, as_rows
 from localspec.types import Verdict
 
@@ -51,7 +51,7 @@ def margin_for(backend: Backend) -> tuple[float, str]:
     Not per window size: SmolLM2's windows of 2-33 tokens calibrated at a difference of 0.000, yet
     speculative runs diverged from plain there (rolled-back KV cells, longer contexts: what teacher-forced
     windows do not exercise), so one window size's calibration does not vouch for it."""
-    saved = MarginCache(backend.cost_key()).load()
+    saved = MarginCache(cost_key(backend)).load()
     if saved:
         return float(saved["margin"]), "calibrated"
     return DEFAULT_MARGIN.get(backend.name, max(DEFAULT_MARGIN.values())), "default"

@@ -68,7 +68,7 @@ def stream_generate(
     backend.set_batch_invariant(invariant)
     stats.guard_margin, stats.guard_kernels, stats.exact = margin, invariant, exact_guard is not None
     context = list(prompt)
-    detok, stopper = backend.detokenizer(), stop if isinstance(stop, StopStrings) else StopStrings(stop)
+    detok, stopper = backend.tokenizer.detokenizer(), stop if isinstance(stop, StopStrings) else StopStrings(stop)
     need_hidden, need_outputs = drafter.needs.hidden_states, drafter.needs.outputs
     started = time.perf_counter()
     try:
@@ -95,7 +95,9 @@ def stream_generate(
             draft = draft if constraint is None else constraint.cut(draft)
             step.draft = draft
             # verify
-            if margin and len(draft) and backend.max_rollback:  # a held first row cuts the whole window off,
+            if (
+                margin and len(draft) and backend.capabilities.max_rollback
+            ):  # a held first row cuts the whole window off,
                 backend.checkpoint()  # which a recurrent state's snapshots do not reach
             out = _forward(backend, context, draft, need_hidden)
             if need_outputs and len(draft):  # lookahead: the target's guess after every node, before the verdict
@@ -147,8 +149,8 @@ def _plan(policy, costs: Costs, backend: Backend, context: list[int], left: int,
     the pass it joins, judged by the last one (Backend.batch_load)."""
     policy.share(*backend.batch_load())
     cap = min(policy.max_k, left, backend.n_ctx - len(context))
-    if backend.max_rollback is not None:  # a recurrent state rolls back so far: rejected drafts must fit
-        cap = min(cap, backend.max_rollback)
+    if backend.capabilities.max_rollback is not None:  # a recurrent state rolls back so far: rejections must fit
+        cap = min(cap, backend.capabilities.max_rollback)
     planned = policy.plan(cap, costs.catchup_s) if cap > 0 and not held else 0
     return max(planned, min(sure, cap))
 
@@ -236,7 +238,7 @@ def _emit(verdict: Verdict, context: list[int], backend: Backend, detok, stopper
     for token in verdict.tokens:
         emitted.append(token)
         context.append(token)
-        if token in backend.eog_tokens:
+        if token in backend.tokenizer.eog_tokens:
             finish = "stop"
             break
         text += detok.push(token)

@@ -202,7 +202,9 @@ def train_eagle(backend, data: Path, out: Path, config: TrainConfig, log: Callab
     if config.layout in ("eagle3", "dflash"):
         from localspec.train.eagle3 import draft_vocabulary
 
-        head.choose_vocabulary(draft_vocabulary([f[1] for f in features.values()], sorted(backend.eog_tokens)))
+        head.choose_vocabulary(
+            draft_vocabulary([f[1] for f in features.values()], sorted(backend.tokenizer.eog_tokens))
+        )
     ids = {i: torch.tensor(p, dtype=torch.long) for i, p in enumerate(pieces)}
     val_idx, train_idx = list(range(n_val)), list(range(n_val, len(pieces))) or list(range(len(pieces)))
     gen = torch.Generator().manual_seed(config.seed)
@@ -287,7 +289,9 @@ def _training_windows(backend, data: Path, config: TrainConfig, log) -> tuple[li
     """The corpus cut into windows, shuffled, at most config.max_tokens of them: (windows, held-out count);
     the first windows are held out."""
     seqs = read_corpus(
-        data, lambda m: backend.chat_tokens(m, add_generation_prompt=False), lambda t: backend.tokenize(t)
+        data,
+        lambda m: backend.tokenizer.chat_tokens(m, add_generation_prompt=False),
+        lambda t: backend.tokenizer.tokenize(t),
     )
     pieces = chunk(seqs, min(config.seq_len, backend.n_ctx))
     random.Random(config.seed).shuffle(pieces)

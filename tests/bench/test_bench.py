@@ -94,7 +94,7 @@ def test_each_repeat_starts_cold_and_no_case_meets_its_own_answer(tmp_path, monk
     from localspec.drafters.suffix.drafter import SuffixDrafter
 
     s = session(tmp_path)
-    case_of = {tuple(s.backend.chat_tokens(c["messages"])): c["id"] for c in CASES}
+    case_of = {tuple(s.backend.tokenizer.chat_tokens(c["messages"])): c["id"] for c in CASES}
     origin = {}  # answer id in a suffix store -> the case whose answer it is
     seen = []  # (case, origins of the answers in the drafter's global cache, tokens in its global tree)
     begin, end = SuffixDrafter.begin, SuffixDrafter.end

@@ -83,7 +83,7 @@ def test_fresh_servers_per_repeat_with_the_sessions_flags(tmp_path, fake):
         req = r["request"]
         assert req["temperature"] == 0 and req["top_k"] == 1 and req["cache_prompt"] is False
         assert req["return_tokens"] is True and req["n_predict"] == 24
-        assert req["prompt"] in [backend.chat_tokens(c["messages"]) for c in CASES]
+        assert req["prompt"] in [backend.tokenizer.chat_tokens(c["messages"]) for c in CASES]
     assert report["peer"]["types"] == ALL_TYPES
     assert find_llama_server(str(fake.bin)) == find_llama_server(str(fake.bin / "llama-server")) == find_llama_server()
 

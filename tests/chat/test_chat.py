@@ -30,7 +30,7 @@ def test_oldest_exchanges_are_dropped_first_and_the_system_prompt_stays():
     assert conv.dropped % 2 == 0 and conv.dropped > 0  # whole exchanges
     kept = conv.messages[conv.dropped :]
     assert kept[0]["role"] == "user" and kept[-1]["content"] == "q" * 10
-    assert tokens[:5] == backend.tokenize("s" * 5)
+    assert tokens[:5] == backend.tokenizer.tokenize("s" * 5)
 
 
 def test_a_message_larger_than_the_context_is_a_clear_error():

@@ -2,7 +2,7 @@
 markers, the snippet layout without them, what is cut when it does not fit, and the markers found by their text
 in a vocabulary; the suffix drafter drafts from the other files the prompt holds."""
 
-from localspec.backends.base import Backend
+from localspec.backends.tokenizer import Tokenizer
 from localspec.chat.fim import CURRENT_FILE, REPO, SNIPPET, WINDOW, Infill, infill_tokens
 from localspec.drafters.suffix.drafter import SuffixDrafter
 from localspec.types import FimTokens
@@ -47,11 +47,10 @@ def test_what_does_not_fit_is_cut_far_from_the_cursor():
     assert len(small) == 2048 - 128 and small[-6:-2] == chars("NEAR")  # a small context
 
 
-class Vocabulary(Backend):
+class Vocabulary(Tokenizer):
     """Single characters, plus the whole-token markers ``specials`` (parsed only with special=True)."""
 
     def __init__(self, specials: list[str]) -> None:
-        super().__init__()
         self.specials = specials
 
     def tokenize(self, text: str, special: bool = False) -> list[int]:

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from support.fakes import ScriptedBackend
+from support.fakes import ScriptedBackend, ScriptedTokenizer
 from support.tui import send, wait_for
 
 from localspec.apps.cli.common import stream_answer
@@ -39,13 +39,13 @@ MAGISTRAL_LIKE = "{% for m in messages %}[INST]{{ m.content }}[/INST]{% endfor %
 PLAIN = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
 
 
-class ReplyingBackend(ScriptedBackend):
-    """Renders prompts with ``template`` and answers every one with ``reply``, one character a token."""
+class Rendering(ScriptedTokenizer):
+    """One character of ALPHABET a token; renders prompts with ``template`` (each kept in ``rendered``) and
+    ends them with the separator token."""
 
-    def __init__(self, reply: str, template: str) -> None:
-        self.sep = len(ALPHABET) + 1
+    def __init__(self, template: str) -> None:
         super().__init__(vocab_size=len(ALPHABET) + 2, eog=len(ALPHABET))
-        self.reply, self.chat_template, self.rendered = reply, template, []
+        self.sep, self.chat_template, self.rendered = len(ALPHABET) + 1, template, []
 
     def tokenize(self, text, special=False):
         return [ALPHABET.index(c) for c in text if c in ALPHABET]
@@ -58,11 +58,20 @@ class ReplyingBackend(ScriptedBackend):
         self.rendered.append(text)
         return [*self.tokenize(text), self.sep]
 
+
+class ReplyingBackend(ScriptedBackend):
+    """Answers every prompt with ``reply``, one character a token."""
+
+    def __init__(self, reply: str, template: str) -> None:
+        tokenizer = Rendering(template)
+        super().__init__(vocab_size=tokenizer.vocab_size, tokenizer=tokenizer)
+        self.reply = reply
+
     def logits_after(self, context):
-        said = len(context) - 1 - max(i for i, t in enumerate(context) if t == self.sep)
-        reply = self.tokenize(self.reply)
+        said = len(context) - 1 - max(i for i, t in enumerate(context) if t == self.tokenizer.sep)
+        reply = self.tokenizer.tokenize(self.reply)
         logits = np.full(self.vocab_size, -10.0)
-        logits[reply[said] if said < len(reply) else next(iter(self.eog_tokens))] = 10.0
+        logits[reply[said] if said < len(reply) else next(iter(self.tokenizer.eog_tokens))] = 10.0
         return logits
 
 
@@ -79,7 +88,7 @@ THOUGHT = "<think>\nThe user greets me.\nI greet back.\n</think>\n\nHello! How c
 
 def test_markers_and_their_opening_are_read_from_the_template():
     def prompt(template):
-        return ReplyingBackend("", template).chat_text([{"role": "user", "content": "Hi"}])
+        return Rendering(template).chat_text([{"role": "user", "content": "Hi"}])
 
     qwen = reasoning_format(QWEN3_LIKE, lambda: prompt(QWEN3_LIKE))
     assert (qwen.start, qwen.end, qwen.opens_in_prompt, qwen.switch) == ("<think>", "</think>", False, True)
@@ -148,7 +157,7 @@ def test_think_and_no_think_set_the_templates_switch_or_are_refused():
     conversation = Conversation()
     conversation.add("user", "Hi")
     stream_answer(session, conversation, None)
-    assert session.backend.rendered[-1].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert session.backend.tokenizer.rendered[-1].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     assert not session_for("Hello", QWEN3_LIKE, think=True).text.chat_text([]).endswith("</think>\n\n")
 
 
@@ -165,7 +174,9 @@ def test_saved_chats_keep_reasoning_apart_and_the_next_prompt_gets_it_as_reasoni
     assert "<details><summary>reasoning</summary>" in again.to_markdown()
     again.add("user", "Thanks")
     stream_answer(session, again.conversation, None)
-    assert "<think>\nThe user greets me.\nI greet back.\n</think>\n\nHello! How" in session.backend.rendered[-1]
+    assert (
+        "<think>\nThe user greets me.\nI greet back.\n</think>\n\nHello! How" in session.backend.tokenizer.rendered[-1]
+    )
 
 
 def test_the_chat_folds_the_thinking_and_f3_shows_it(tmp_path):

@@ -4,7 +4,7 @@ of ../shared/models (Qwen2.5-Coder 0.5B/1.5B, SmolLM2-135M, Gemma-3-270M) when t
 from pathlib import Path
 
 import pytest
-from support.fakes import ScriptedBackend
+from support.fakes import ScriptedBackend, ScriptedTokenizer
 
 from localspec.drafters.vocab import shared_vocab
 from localspec.errors import ConfigError
@@ -15,16 +15,22 @@ QWEN05 = MODELS / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 GEMMA = MODELS / "gemma-3-270m-q4_k_m.gguf"
 
 
-class Vocab(ScriptedBackend):
-    def __init__(self, size, padding_from=None, renamed=None, name="m", eos=None):
+class Renamed(ScriptedTokenizer):
+    def __init__(self, size, padding_from, renamed, eos):
         super().__init__(vocab_size=size)
-        self.padding_from, self.renamed, self.model_name, self.eos_token = padding_from, renamed or {}, name, eos
+        self.padding_from, self.renamed, self.eos_token = padding_from, renamed or {}, eos
 
     def token_text(self, token):
         return self.renamed.get(token, super().token_text(token))
 
     def is_padding(self, token):
         return self.padding_from is not None and token >= self.padding_from
+
+
+def Vocab(size, padding_from=None, renamed=None, name="m", eos=None):  # noqa: N802 - reads as the model it builds
+    backend = ScriptedBackend(vocab_size=size, tokenizer=Renamed(size, padding_from, renamed, eos))
+    backend.model_name = name
+    return backend
 
 
 def test_same_vocabulary_is_shared_whole():

@@ -176,7 +176,7 @@ def test_context_full_ends_the_answer_cleanly():
     out = generate(backend, NgramDrafter(1, 3), list(range(10)), GREEDY, max_tokens=100, draft_tokens=8)
     assert out.finish_reason == "context"
     assert len(out.tokens) == 11 and max(backend.forward_calls) <= 11
-    assert backend.cached_len <= backend.n_ctx
+    assert len(backend.cached_tokens) <= backend.n_ctx
 
 
 def test_prompt_longer_than_context_is_a_clear_error():

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from support.fakes import OracleDrafter, ScriptedBackend
 
+from localspec.cost_cache import cost_key
 from localspec.drafters.base import NoDrafter
 from localspec.engine.calibrate import measure
 from localspec.engine.exact import DEFAULT_MARGIN, MarginCache, exact_mode, guard, margin_for
@@ -90,7 +91,7 @@ def test_a_cached_margin_is_keyed_by_model_backend_and_build(tmp_path, monkeypat
     model_b.write_bytes(b"GGUF bb")
     a.path, b.path = model_a, model_b
     assert margin_for(a) == (max(DEFAULT_MARGIN.values()), "default")  # no default of its own
-    MarginCache(a.cost_key()).save({"margin": 0.7, "per_window": {"3": 0.0, "17": 0.1, "65": 0.35}})
+    MarginCache(cost_key(a)).save({"margin": 0.7, "per_window": {"3": 0.0, "17": 0.1, "65": 0.35}})
     assert margin_for(a) == (0.7, "calibrated")  # the largest, for every window size
     assert margin_for(b)[1] == "default"  # another model file
     a.build_id = lambda: "another build"

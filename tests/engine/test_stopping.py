@@ -66,16 +66,19 @@ def test_blank_lines_with_carriage_returns_do_not_count_as_dedented():
 def test_generation_with_an_indent_limit_is_the_unlimited_answer_cut_at_its_first_dedented_line():
     import re
 
-    from support.fakes import ScriptedBackend
+    from support.fakes import ScriptedBackend, ScriptedTokenizer
 
     from localspec.drafters.base import NoDrafter
     from localspec.drafters.ngram import NgramDrafter
     from localspec.engine.loop import generate
     from localspec.sampling import SamplingParams
 
-    class Lines(ScriptedBackend):  # token 0 is a newline, 1 two spaces, the others letters
+    class LineTokens(ScriptedTokenizer):  # token 0 is a newline, 1 two spaces, the others letters
         def token_bytes(self, token: int) -> bytes:
             return {0: b"\n", 1: b"  "}.get(token) or super().token_bytes(token)
+
+    def Lines(**kw):  # noqa: N802 - reads as the backend it builds
+        return ScriptedBackend(**kw, tokenizer=LineTokens(kw["vocab_size"], kw["eog"]))
 
     greedy, prompt = SamplingParams(temperature=0), [2, 3, 4]
     full = generate(Lines(vocab_size=8, eog=7, order=2, scale=2.0, seed=5), NoDrafter(), prompt, greedy, max_tokens=120)

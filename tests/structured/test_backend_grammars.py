@@ -44,7 +44,9 @@ def answers(backend, schema: dict, prompt: list[int], max_tokens: int, seeds: in
     drafts."""
     for temperature, seed in [(0.0, 0)] + [(0.8, s) for s in range(1, seeds + 1)]:
         for drafter in (NoDrafter(), GrammarDrafter(NgramDrafter(1, 4))):
-            constraint = Constraint(grammar.json_schema(schema), backend.grammar_tokenizer(), backend.vocab_size)
+            constraint = Constraint(
+                grammar.json_schema(schema), backend.tokenizer.grammar_tokenizer(), backend.vocab_size
+            )
             backend.truncate(0)
             done = generate(
                 backend,
@@ -61,7 +63,7 @@ def answers(backend, schema: dict, prompt: list[int], max_tokens: int, seeds: in
 def test_a_random_torch_decoder_with_a_hugging_face_tokenizer_answers_the_schema(tmp_path):
     write_hf_checkpoint(tmp_path, "qwen2")
     backend = TorchBackend(tmp_path, n_ctx=256, n_threads=2)
-    prompt = backend.tokenize("Pick a colour: ")
+    prompt = backend.tokenizer.tokenize("Pick a colour: ")
     for temperature, drafter, done in answers(backend, CLOSED, prompt, max_tokens=60, seeds=3):
         assert done.finish_reason == "stop", (temperature, done.text)
         jsonschema.validate(json.loads(done.text), CLOSED)

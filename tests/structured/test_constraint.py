@@ -34,7 +34,7 @@ def backend() -> ScriptedBackend:
 
 
 def constraint(target, g=None) -> Constraint:
-    return Constraint(g or grammar.regex(PATTERN), target.grammar_tokenizer(), target.vocab_size)
+    return Constraint(g or grammar.regex(PATTERN), target.tokenizer.grammar_tokenizer(), target.vocab_size)
 
 
 def ids(letters: str) -> list[int]:
@@ -150,7 +150,7 @@ AMBIGUOUS = 'start: x x x x x x x x x x x x x x x x "c"\nx: x x | "a" | "b" | ""
 
 def test_a_grammar_past_llguidances_limits_ends_the_answer_with_a_clear_error():
     target = backend()
-    tight = Constraint(grammar.lark(AMBIGUOUS), target.grammar_tokenizer(), V, limits={"step_max_items": 300})
+    tight = Constraint(grammar.lark(AMBIGUOUS), target.tokenizer.grammar_tokenizer(), V, limits={"step_max_items": 300})
     with pytest.raises(GrammarError) as error:
         generate(target, NgramDrafter(1, 4), PROMPT, SamplingParams(temperature=0), max_tokens=2000, constraint=tight)
     message = str(error.value)

@@ -8,7 +8,7 @@ import pytest
 
 from localspec.backends.torch.backend import TorchBackend
 from localspec.backends.torch.decoder import Decoder, DecoderConfig
-from support.fakes import ScriptedBackend
+from support.fakes import ScriptedTokenizer
 from support.tiny_torch import V
 
 torch = pytest.importorskip("torch")
@@ -26,7 +26,7 @@ def backend_for(cfg, seed=0, vocab=V, scale=4.0):
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(scale)
-    return TorchBackend.from_decoder(model, ScriptedBackend(vocab_size=vocab), n_ctx=256)
+    return TorchBackend.from_decoder(model, ScriptedTokenizer(vocab_size=vocab), n_ctx=256)
 
 
 def write_eagle3_head(folder, target, draft_vocab=16, layer_ids=None, seed=2):

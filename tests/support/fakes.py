@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.backends.base import Backend, Capabilities
+from localspec.backends.tokenizer import Tokenizer
 from localspec.drafters.base import Drafter, DrafterNeeds
 from localspec.drafters.random import RandomDrafter  # noqa: F401  (tests import it from here)
 from localspec.types import Draft, ForwardOut, Step, Verdict
@@ -32,11 +33,28 @@ def _row(key: tuple, size: int, scale: float) -> np.ndarray:
     return row
 
 
-class ScriptedBackend(Backend):
-    """A 'model' whose next-token logits are a fixed pseudo-random function of the last ``order`` tokens.
+class ScriptedTokenizer(Tokenizer):
+    """Token i's text is chr(ord('a') + i); token ``eog`` (if set) ends a turn and renders as nothing; a chat
+    is its messages' contents, one after another."""
 
-    Token i's text is chr(ord('a') + i); token ``eog`` (if set) ends a turn. ``forward_calls`` records
-    the window sizes asked for, to check the engine never asks for more than it verifies.
+    def __init__(self, vocab_size: int = 12, eog: int | None = None) -> None:
+        self.vocab_size, self.model_name = vocab_size, "scripted"
+        self.eog_tokens = frozenset() if eog is None else frozenset({eog})
+
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
+        return [ord(c) - ord("a") for c in text]
+
+    def token_bytes(self, token: int) -> bytes:
+        return b"" if token in self.eog_tokens else chr(ord("a") + token).encode()
+
+    def chat_tokens(self, messages, add_generation_prompt: bool = True, options=None) -> list[int]:
+        return [t for m in messages for t in self.tokenize(m["content"])]
+
+
+class ScriptedBackend(Backend):
+    """A 'model' whose next-token logits are a fixed pseudo-random function of the last ``order`` tokens,
+    with a ScriptedTokenizer (or ``tokenizer``). ``forward_calls`` records the window sizes asked for, to check
+    the engine never asks for more than it verifies.
     """
 
     name = "scripted"
@@ -49,10 +67,11 @@ class ScriptedBackend(Backend):
         n_ctx: int = 4096,
         eog: int | None = None,
         seed: int = 0,
+        tokenizer: Tokenizer | None = None,
     ) -> None:
         super().__init__()
         self.vocab_size, self.order, self.scale, self.n_ctx, self.seed = vocab_size, order, scale, n_ctx, seed
-        self.eog_tokens = frozenset() if eog is None else frozenset({eog})
+        self.tokenizer = tokenizer or ScriptedTokenizer(vocab_size, eog)
         self.forward_calls: list[int] = []
         self.prefilled: list[int] = []
         self.model_name = "scripted"
@@ -60,15 +79,6 @@ class ScriptedBackend(Backend):
     def logits_after(self, context: Sequence[int]) -> np.ndarray:
         """The row after ``context`` (read-only: rows are computed once per key and shared, see _row)."""
         return _row((self.seed, *context[-self.order :]), self.vocab_size, self.scale)
-
-    def tokenize(self, text: str, special: bool = False) -> list[int]:
-        return [ord(c) - ord("a") for c in text]
-
-    def token_bytes(self, token: int) -> bytes:
-        return b"" if token in self.eog_tokens else chr(ord("a") + token).encode()
-
-    def chat_tokens(self, messages, add_generation_prompt: bool = True, options=None) -> list[int]:
-        return [t for m in messages for t in self.tokenize(m["content"])]
 
     def truncate(self, keep: int) -> None:
         del self._tokens[max(0, keep) :]

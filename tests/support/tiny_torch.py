@@ -7,7 +7,7 @@ import pytest
 from localspec.backends.torch.backend import TorchBackend
 from localspec.backends.torch.decoder import Decoder, DecoderConfig
 from localspec.sampling import SamplingParams
-from support.fakes import ScriptedBackend
+from support.fakes import ScriptedTokenizer
 
 torch = pytest.importorskip("torch")
 
@@ -52,7 +52,7 @@ def tiny(name, seed=0):
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(4.0)  # sharper distributions than the default init: fewer near-ties
-    return TorchBackend.from_decoder(model, ScriptedBackend(vocab_size=V), n_ctx=256)
+    return TorchBackend.from_decoder(model, ScriptedTokenizer(vocab_size=V), n_ctx=256)
 
 
 HF_NAMES = {

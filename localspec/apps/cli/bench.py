@@ -139,7 +139,7 @@ def _bench_drafters(args) -> int:
         # out of (and untouched by) the benchmark
         peer, notes = None, []
         if binary:
-            peer, peer_types, notes = peer_config(binary, session, peer_types, session.backend.offloaded_layers)
+            peer, peer_types, notes = peer_config(binary, session, peer_types, session.backend.info.gpu_layers)
             for note in notes:
                 print(f"localspec bench: {note}", file=sys.stderr)
         print(

@@ -42,7 +42,10 @@ def run(args) -> int:
             raise LocalspecError(f"--cost-curve {args.cost_curve}: not a verify-cost JSON ({exc!r})") from exc
     with Session.open(read_settings(args)) as session:
         cases = [
-            (session.backend.chat_tokens(messages[:-1]), session.backend.tokenize(messages[-1]["content"]))
+            (
+                session.backend.tokenizer.chat_tokens(messages[:-1]),
+                session.backend.tokenizer.tokenize(messages[-1]["content"]),
+            )
             for messages in records
         ]
         k = session.speclen.max_k  # the simulator replays a fixed K (the controller's cap under 'auto')

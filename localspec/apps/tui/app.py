@@ -620,7 +620,7 @@ class ChatApp(App):
             s.backend.name,
             s.drafter.name,
             s.speclen.label,
-            s.backend.cached_len,
+            len(s.backend.cached_tokens),
             s.backend.n_ctx,
             self.memory_mb(),
             f"T={s.sampling.temperature:g}" + (" · exact" if s.exact.on else ""),

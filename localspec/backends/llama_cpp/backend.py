@@ -18,13 +18,12 @@ again as a chain (with the verify kernels) into the cells right after the pendin
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
 
-from localspec.backends.base import Backend, Capabilities, Progress
+from localspec.backends.base import Backend, Capabilities, ModelInfo, Progress
 from localspec.backends.gguf_meta import file_type
 from localspec.backends.llama_cpp.capi import (
     avoid_amx_buffers,
@@ -35,7 +34,9 @@ from localspec.backends.llama_cpp.capi import (
     gpu_layers,
     gpu_placement,
     last_error,
+    load_failed,
     load_lib,
+    meta_str,
     recurrent_bytes,
     seq_state,
     set_seq_state,
@@ -43,10 +44,11 @@ from localspec.backends.llama_cpp.capi import (
 from localspec.backends.llama_cpp.checkpoint import StateCheckpoint
 from localspec.backends.llama_cpp.exact import cpu_reference_mode
 from localspec.backends.llama_cpp.layout import repack
+from localspec.backends.llama_cpp.vocab import LlamaVocab
 from localspec.cpus import available_memory, default_threads
 from localspec.errors import ConfigError, ContextOverflow, ModelError
 from localspec.rows import LiveRows
-from localspec.types import FimTokens, ForwardOut
+from localspec.types import ForwardOut
 
 DEFAULT_CTX = 4096  # where the model does not say its trained context (or the memory cannot be read)
 MIN_DEFAULT_CTX = 2048  # the default context is at least this (or the trained one, if shorter)
@@ -59,9 +61,6 @@ LAYER_INPUT_ARCHS = frozenset(
     ("llama", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "gemma4", "gpt-oss", "lfm2", "nemotron_h")
     + ("mimo2", "minimax-m2", "deepseek4", "bailingmoe3", "nanbeige")
 )
-
-
-_ATTR_UNDEFINED, _ATTR_UNUSED = 0, 2  # llama_token_attr flags
 
 
 class LlamaCppBackend(Backend):
@@ -78,51 +77,39 @@ class LlamaCppBackend(Backend):
         n_batch: int = 512,
         extra_buffers: bool | None = None,
         on_load: Callable[[float], None] | None = None,
-        vocab_only: bool = False,
         batch_invariant: bool = False,
     ) -> None:
-        """vocab_only: load the tokenizer and metadata, no weights and no context (a tokenizer for other
-        backends reading the same GGUF). batch_invariant: weights stay unrepacked, so that
+        """batch_invariant: weights stay unrepacked, so that
         ``set_batch_invariant(True)`` can make verify windows compute as 1-token steps
         (localspec/backends/llama_cpp/exact.py); the capability is reported where this build allows it."""
         super().__init__()
         self.path = check_gguf(path)
         lib = self._lib = load_lib()
         self._model = self._ctx = self._batch = self._reference = self._checkpoint = self._turn_point = None
-        self.checkpoints = False  # a state saved before each verify window (a recurrent state without snapshots)
         self._decoded_from = 0  # the cache length before the last decode call (recurrent rollback)
         self._invariant = False
         self._held: LiveRows | None = None  # logits handed out in place (forward), until the next decode
         self._branches = 0  # leaf sequences of the tree being verified (_branch0 .. _branch0 + n - 1)
         self._seq, self._branch0 = 0, 1  # the cache's sequence and its trees' first leaf sequence (slots.py)
         self._tree = None  # (start, leaf sequence of each row, row tokens, batch order) until accept_path
-        mparams = self._model_params(n_gpu_layers, vocab_only, extra_buffers, batch_invariant, on_load)
+        mparams = self._model_params(n_gpu_layers, extra_buffers, batch_invariant, on_load)
         clear_log()
         self._repack = bool(mparams.use_extra_bufts)
         # the MTP layers a GGUF carries are loaded with it, so that `--drafter mtp` can run (switched to mid-chat
         # too); llama.cpp requires their tensors to be in the file either way, and only skips their weights
-        mparams.load_mtp = not vocab_only
+        mparams.load_mtp = True
         self._model = lib.llama_model_load_from_file(str(self.path).encode(), mparams)
-        self.mtp_layers = lib.llama_model_n_layer_nextn(self._model) if self._model and mparams.load_mtp else 0
         if not self._model:
-            raise ModelError(
-                f"llama.cpp could not load {self.path}: {last_error()}; the file may be "
-                f"truncated or of an architecture this llama.cpp build does not know — "
-                f"download it again or update llama-cpp-python"
-            )
-        self._vocab = lib.llama_model_get_vocab(self._model)
-        self._grammar_tokenizer = None  # built on first use (grammar_tokenizer)
-        self.vocab_size = lib.llama_vocab_n_tokens(self._vocab)
+            raise load_failed(self.path)
+        mtp_layers = lib.llama_model_n_layer_nextn(self._model)
+        self.tokenizer = LlamaVocab(lib, self._model, self.path.name)
+        self.vocab_size, self.model_name = self.tokenizer.vocab_size, self.tokenizer.model_name
         train_ctx = lib.llama_model_n_ctx_train(self._model)
-        self.train_ctx = train_ctx
-        self.n_ctx = n_ctx or (self._default_ctx(train_ctx) if not vocab_only else DEFAULT_CTX)
+        self.n_ctx = n_ctx or self._default_ctx(train_ctx)
         if self.n_ctx < 16:
             raise ConfigError(f"--ctx must be at least 16, got {self.n_ctx}")
         threads = n_threads or default_threads()
         self.n_threads = threads
-        self._init_vocab()
-        if vocab_only:
-            return
         # a recurrent state (Mamba, RWKV; the hybrid Qwen3.5, Jamba, Granite-4) is not cut back by position:
         # where llama.cpp keeps per-position snapshots of it (n_rs_seq) a cut of up to that many positions works
         # and speculation is capped there; elsewhere a state saved before each verify window is restored
@@ -130,17 +117,24 @@ class LlamaCppBackend(Backend):
         self.recurrent = bool(lib.llama_model_is_recurrent(self._model) or lib.llama_model_is_hybrid(self._model))
         self.n_batch = min(n_batch, self.n_ctx)
         self._ctx = self._new_context(threads)
-        self._setup_rollback(threads)
+        snapshot_bytes = self._setup_rollback(threads)
         self._mem = lib.llama_get_memory(self._ctx)
         self.n_layers, self.hidden_size = lib.llama_model_n_layer(self._model), lib.llama_model_n_embd(self._model)
-        offload = gpu_placement(self.offloaded_layers, self.n_layers)
-        self.placement = " · ".join(filter(None, (offload, self.layout_note)))
+        offload = gpu_placement(self._gpu_layers, self.n_layers)
+        self.info = ModelInfo(
+            placement=" · ".join(filter(None, (offload, self.layout_note))),
+            train_ctx=train_ctx,
+            n_params=int(lib.llama_model_n_params(self._model)),
+            size_bytes=int(lib.llama_model_size(self._model)),
+            gpu_layers=self._gpu_layers,
+            snapshot_bytes=snapshot_bytes,
+        )
         self.feature_layers: tuple[int, ...] = ()
         self._nextn_rows = False  # the rows handed out are the MTP layers' input (use_mtp_features)
         if self.metadata("general.architecture") in LAYER_INPUT_ARCHS:
             self.capabilities = replace(self.capabilities, hidden_states=True, feature_layers=True)
-        if self.mtp_layers:
-            self.capabilities = replace(self.capabilities, hidden_states=True)
+        if mtp_layers:
+            self.capabilities = replace(self.capabilities, hidden_states=True, mtp_layers=mtp_layers)
         self._batch = lib.llama_batch_init(self.n_batch, 0, self.max_branches + 1)
         if not mparams.use_extra_bufts:  # unrepacked weights: windows can compute as 1-token steps (--exact)
             self._reference = cpu_reference_mode(self._ctx)
@@ -169,23 +163,30 @@ class LlamaCppBackend(Backend):
             )
         return ctx
 
-    def _setup_rollback(self, threads: int) -> None:
+    def _setup_rollback(self, threads: int) -> int:
         """How a recurrent state is cut back: snapshots (as many as fit, see _fit_snapshots), else a state
-        saved before each verify window; neither: no speculation."""
+        saved before each verify window; neither: no speculation. The bytes the snapshots take."""
+        if not self.recurrent:
+            return 0
         lib = self._lib
-        self.snapshot_bytes = self._fit_snapshots(threads) if self.recurrent else 0
-        self.max_rollback = lib.llama_n_rs_seq(self._ctx) if self.recurrent else None
-        if self.recurrent and not self.max_rollback and StateCheckpoint.supported(lib):
+        snapshot_bytes = self._fit_snapshots(threads)
+        rollback = lib.llama_n_rs_seq(self._ctx)
+        if not rollback and StateCheckpoint.supported(lib):
             # no snapshots: a state saved before each verify window (any cut within it, drafts of any length)
-            self._checkpoint, self.max_rollback = StateCheckpoint(lib, self._ctx), None
-        self.checkpoints = self._checkpoint is not None
-        if self.recurrent and StateCheckpoint.supported(lib):
+            self._checkpoint, rollback = StateCheckpoint(lib, self._ctx), None
+        if StateCheckpoint.supported(lib):
             # the state where the engine cached the last turn's prompt (prompt_cached): a new turn whose prompt
             # re-renders the previous answer (a template that drops its reasoning) goes back there
             self._turn_point = StateCheckpoint(lib, self._ctx)
-        if self.recurrent:
-            can_cut = bool(self.max_rollback) or self._checkpoint is not None
-            self.capabilities = replace(self.capabilities, can_truncate=can_cut, tree_attention=False)
+        can_cut = bool(rollback) or self._checkpoint is not None
+        self.capabilities = replace(
+            self.capabilities,
+            can_truncate=can_cut,
+            tree_attention=False,
+            max_rollback=rollback,
+            checkpoints=self._checkpoint is not None,
+        )
+        return snapshot_bytes
 
     def _fit_snapshots(self, threads: int) -> int:
         """Keep fewer recurrent-state snapshots where RS_SNAPSHOTS of them take more than RS_SHARE of the
@@ -215,16 +216,6 @@ class LlamaCppBackend(Backend):
         """The loaded ``llama_model``: a side context of type MTP runs on the target's own weights."""
         return self._model
 
-    @property
-    def n_params(self) -> int:
-        """The model's parameter count, as llama.cpp counts it."""
-        return int(self._lib.llama_model_n_params(self._model))
-
-    @property
-    def size_bytes(self) -> int:
-        """The bytes of all the model's tensors (every part of a split file)."""
-        return int(self._lib.llama_model_size(self._model))
-
     def kv_bytes_per_token(self) -> int:
         """f16 keys and values of every layer for one token (the GGUF's head sizes, else n_embd / n_head)."""
         lib, model = self._lib, self._model
@@ -244,17 +235,16 @@ class LlamaCppBackend(Backend):
         fits = int(KV_SHARE * available // per_token) if available and per_token > 0 else DEFAULT_CTX
         return max(min(train_ctx, fits) // 256 * 256, min(train_ctx, MIN_DEFAULT_CTX))
 
-    def _model_params(self, n_gpu_layers, vocab_only, extra_buffers, batch_invariant, on_load):
+    def _model_params(self, n_gpu_layers, extra_buffers, batch_invariant, on_load):
         mparams = self._lib.llama_model_default_params()
-        mparams.n_gpu_layers = self.offloaded_layers = gpu_layers(self._lib, n_gpu_layers)
-        mparams.vocab_only = vocab_only
-        self._layout_fixed = extra_buffers is not None or (not vocab_only and avoid_amx_buffers())
+        mparams.n_gpu_layers = self._gpu_layers = gpu_layers(self._lib, n_gpu_layers)
+        self._layout_fixed = extra_buffers is not None or avoid_amx_buffers()
         self.layout_note = ""  # why the weights are not repacked, for the load report
         if extra_buffers is not None:
             mparams.use_extra_bufts = extra_buffers
         elif self._layout_fixed:  # the AMX buffer type would crash: plain CPU buffers
             mparams.use_extra_bufts = False
-        elif not vocab_only:  # repacked weights compute 1 and 4+ tokens differently: --exact loads them as they are
+        else:  # repacked weights compute 1 and 4+ tokens differently: --exact loads them as they are
             mparams.use_extra_bufts, self.layout_note = repack(self._quant(), batch_invariant)
         if on_load is not None:
 
@@ -275,96 +265,16 @@ class LlamaCppBackend(Backend):
     def reload_for_exact(self, exact: bool) -> bool:
         """Whether the weights must be loaded again for ``exact``: --exact needs them unrepacked, the fast default
         repacked where layout.json says so; a GPU offload or the AMX workaround fixes the layout."""
-        if self._layout_fixed or self.offloaded_layers:
+        if self._layout_fixed or self._gpu_layers:
             return False
         return repack(self._quant(), exact)[0] != self._repack
 
     def set_batch_invariant(self, on: bool) -> None:
         self._invariant = on and self._reference is not None
 
-    def _init_vocab(self) -> None:
-        lib = self._lib
-        self.bos_token = self._special(lib.llama_vocab_bos(self._vocab))
-        self.eos_token = self._special(lib.llama_vocab_eos(self._vocab))
-        self.add_bos = bool(lib.llama_vocab_get_add_bos(self._vocab))
-        self.eog_tokens = frozenset(t for t in range(self.vocab_size) if lib.llama_vocab_is_eog(self._vocab, t))
-        template = lib.llama_model_chat_template(self._model, None)
-        self.chat_template = template.decode("utf-8") if template else None
-        self.model_name = self.metadata("general.name") or self.path.name
-        self._piece = ctypes.create_string_buffer(256)
-        self._pieces: dict[tuple[int, bool], bytes] = {}
-
-    def fim_tokens(self) -> FimTokens | None:
-        """From the model file (its ids, or the markers llama.cpp's vocabulary loader recognised by text)."""
-        lib, v = self._lib, self._vocab
-        roles = {"pre": lib.llama_vocab_fim_pre, "suf": lib.llama_vocab_fim_suf, "mid": lib.llama_vocab_fim_mid,
-                 "rep": lib.llama_vocab_fim_rep, "sep": lib.llama_vocab_fim_sep}  # fmt: skip
-        found = {role: self._special(get(v)) for role, get in roles.items()}
-        return FimTokens(**found) if None not in (found["pre"], found["suf"], found["mid"]) else None
-
-    @staticmethod
-    def _special(token: int) -> int | None:
-        return token if token >= 0 else None
-
     def metadata(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(4096)
-        n = self._lib.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
-        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
-
-    # -- tokenizer ------------------------------------------------------------------------------------
-    def tokenize(self, text: str, special: bool = False) -> list[int]:
-        data = text.encode("utf-8")
-        size = len(data) + 8
-        while True:
-            buf = (self._lib.llama_token * size)()
-            n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, size, False, special)
-            if n >= 0:
-                return list(buf[:n])
-            size = -n
-
-    def _piece_bytes(self, token: int, special: bool) -> bytes:
-        key = (token, special)
-        piece = self._pieces.get(key)
-        if piece is None:
-            buf = self._piece
-            n = self._lib.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
-            if n < 0:
-                buf = ctypes.create_string_buffer(-n)
-                n = self._lib.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
-            piece = self._pieces[key] = buf.raw[:n]
-        return piece
-
-    def token_bytes(self, token: int) -> bytes:
-        return self._piece_bytes(token, False)
-
-    def grammar_tokenizer(self):
-        """The vocabulary for llguidance, which then tokenizes through llama_tokenize natively (right for
-        SentencePiece vocabularies, which a Python callback gets wrong by a leading space). Control tokens,
-        and user-defined ones written like them (<...>), are marked special: never text a grammar allows."""
-        if self._grammar_tokenizer is None:
-            import llguidance
-
-            lib, special = self._lib, self._lib.LLAMA_TOKEN_ATTR_CONTROL
-            pieces = []
-            for token in range(self.vocab_size):
-                piece, attr = self._piece_bytes(token, True), lib.llama_vocab_get_attr(self._vocab, token)
-                user_tag = attr & lib.LLAMA_TOKEN_ATTR_USER_DEFINED and piece[:1] == b"<" and piece[-1:] == b">"
-                pieces.append(b"\xff" + piece if attr & special or user_tag else piece)
-            tokenize = ctypes.cast(lib.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
-            self._grammar_tokenizer = llguidance.LLTokenizer.from_llamacpp(
-                tokens=pieces, vocab_ptr=self._vocab, tokenize_fptr=tokenize, eos_token=sorted(self.eog_tokens)
-            )
-        return self._grammar_tokenizer
-
-    def token_text(self, token: int) -> str:
-        return self._piece_bytes(token, True).decode("utf-8", errors="replace")
-
-    def tokenizer_kind(self) -> str:
-        return f"{self.metadata('tokenizer.ggml.model') or ''}/{self.metadata('tokenizer.ggml.pre') or ''}"
-
-    def is_padding(self, token: int) -> bool:
-        attr = self._lib.llama_vocab_get_attr(self._vocab, token)
-        return bool(attr & _ATTR_UNUSED) or (attr == _ATTR_UNDEFINED and self.token_text(token) == "")
+        """The model file's metadata value under ``key`` (None: the file has no such key)."""
+        return meta_str(self._lib, self._model, key)
 
     # -- cache ----------------------------------------------------------------------------------------
     def truncate(self, keep: int) -> None:
@@ -458,7 +368,9 @@ class LlamaCppBackend(Backend):
         return np.concatenate(rows) if rows else np.zeros((0, len(self.feature_layers) * self.hidden_size), np.float32)
 
     def forward(self, tokens: Sequence[int], return_hidden: bool = False) -> ForwardOut:
-        if self.checkpoints and len(tokens) > 1:  # no snapshots: a verify window's rejected tail is cut back
+        if (
+            self._checkpoint is not None and len(tokens) > 1
+        ):  # no snapshots: a verify window's rejected tail is cut back
             self._checkpoint.save(len(self._tokens))
         rows, features = [], []
         for start in range(0, len(tokens), self.n_batch):
@@ -648,7 +560,7 @@ class LlamaCppBackend(Backend):
         info = lib.llama_print_system_info().decode(errors="replace")
         return (
             f"llama-cpp-python {getattr(lib, '__version__', '?')} [{info.strip()}] threads {self.n_threads} "
-            f"gpu_layers {self.offloaded_layers} batch {self.n_batch} repack {'on' if self._repack else 'off'}"
+            f"gpu_layers {self._gpu_layers} batch {self.n_batch} repack {'on' if self._repack else 'off'}"
         )
 
     def memory_bytes(self) -> int:

@@ -107,6 +107,21 @@ def last_error() -> str:
     return (errors[-1] if errors else "no details in llama.cpp's log").strip()
 
 
+def meta_str(lib, model, key: str) -> str | None:
+    """The model file's metadata value under ``key`` as text (None: the file has no such key)."""
+    buf = ctypes.create_string_buffer(4096)
+    n = lib.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+
+
+def load_failed(path) -> ModelError:
+    """The error for a GGUF llama.cpp would not load, with its own reason."""
+    return ModelError(
+        f"llama.cpp could not load {path}: {last_error()}; the file may be truncated or of an architecture "
+        f"this llama.cpp build does not know — download it again or update llama-cpp-python"
+    )
+
+
 ALL_LAYERS = 999  # n_gpu_layers that offloads every layer (llama.cpp caps it at the model's count)
 
 

@@ -59,7 +59,7 @@ class SideContext:
         lib = self._lib = target._lib
         self._model = self._ctx = self._batch = None
         params = lib.llama_model_default_params()
-        params.n_gpu_layers = target.offloaded_layers
+        params.n_gpu_layers = target.info.gpu_layers
         self._model = lib.llama_model_load_from_file(str(path).encode(), params)
         if not self._model:
             raise ModelError(f"llama.cpp could not load {self.what} {path}: {last_error()}")

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.backends.base import Backend, Capabilities, ModelBackend
+from localspec.backends.base import Backend, Capabilities, ModelBackend, ModelInfo
+from localspec.backends.tokenizer import Tokenizer
 from localspec.errors import ConfigError, ContextOverflow, ModelError
 from localspec.types import ForwardOut
 
@@ -60,14 +61,14 @@ class MlxBackend(ModelBackend):
         self._setup(model, HfTokenizer(folder), n_ctx, config.get("max_position_embeddings"), folder.name)
 
     @classmethod
-    def from_model(cls, model, tokenizer: Backend, n_ctx: int = 512, name: str = "<memory>") -> MlxBackend:
-        """A backend around an mlx-lm model built in memory (tests, tools) and any tokenizer backend."""
+    def from_model(cls, model, tokenizer: Tokenizer, n_ctx: int = 512, name: str = "<memory>") -> MlxBackend:
+        """A backend around an mlx-lm model built in memory (tests, tools) and any tokenizer."""
         self = cls.__new__(cls)
         Backend.__init__(self)
         self._setup(model, tokenizer, n_ctx, None, name)
         return self
 
-    def _setup(self, model, tokenizer: Backend, n_ctx: int | None, max_positions: int | None, name: str) -> None:
+    def _setup(self, model, tokenizer: Tokenizer, n_ctx: int | None, max_positions: int | None, name: str) -> None:
         from mlx_lm.models.cache import can_trim_prompt_cache
 
         self.model, self.tokenizer = model, tokenizer
@@ -75,16 +76,19 @@ class MlxBackend(ModelBackend):
         inner = getattr(model, "model", None)
         self._inner = inner if inner is not None and hasattr(inner, "layers") and hasattr(inner, "norm") else None
         self.n_ctx = min(n_ctx or DEFAULT_CTX, max_positions or DEFAULT_CTX * 32)
-        self.train_ctx = max_positions or 0
         self.capabilities = Capabilities(
             can_truncate=(can_trim_prompt_cache(self.cache) or self._snapshots is not None) and self._never_wraps(),
             hidden_states=self._inner is not None,
             tree_attention=False,
             feature_layers=self._inner is not None,
+            checkpoints=self._snapshots is not None,  # a recurrent state rolls back from snapshots (the report says so)
         )
+        from mlx.utils import tree_flatten
+
+        weights = sum(v.nbytes for _, v in tree_flatten(model.parameters()))  # quantized: packed, not counted
+        self.info = ModelInfo(train_ctx=max_positions or 0, size_bytes=weights)
         args = _text_args(model)
         self.vocab_size = int(args.vocab_size) if args else tokenizer.vocab_size
-        self._take_tokenizer(tokenizer)
         self.model_name = name
         self._captured: dict = {}
         self.hidden_layers: tuple[int, ...] = (-1,)
@@ -172,11 +176,6 @@ class MlxBackend(ModelBackend):
         target's layers (EAGLE on MLX); None when the model has no such stack."""
         return self._inner
 
-    @property
-    def checkpoints(self) -> bool:
-        """Whether the cache rolls back from snapshots of a recurrent state (the load report says so)."""
-        return self._snapshots is not None
-
     def checkpoint(self) -> None:
         if self._snapshots is not None:
             self._snapshots.pin(len(self._tokens))
@@ -218,14 +217,8 @@ class MlxBackend(ModelBackend):
 
         return f"mlx {meta.version('mlx')} mlx-lm {meta.version('mlx-lm')} {_mlx().default_device()}"
 
-    @property
-    def size_bytes(self) -> int:
-        from mlx.utils import tree_flatten
-
-        return sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
-
     def memory_bytes(self) -> int:
-        return self.size_bytes + sum(c.nbytes for c in self.cache)
+        return self.info.size_bytes + sum(c.nbytes for c in self.cache)
 
     def close(self) -> None:
         super().close()

@@ -8,11 +8,13 @@ bf16 on CUDA, fp32 on CPU.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from localspec.backends.base import Backend, Capabilities, ModelBackend
+from localspec.backends.base import Backend, Capabilities, ModelBackend, ModelInfo
+from localspec.backends.tokenizer import Tokenizer
 from localspec.backends.torch.memory import fit_context
 from localspec.backends.torch.rows import TorchRows
 from localspec.cpus import default_threads
@@ -63,17 +65,17 @@ class TorchBackend(ModelBackend):
 
             self.model, self.tokenizer = load_hf(self.path, self.dtype)
         else:
-            from localspec.backends.llama_cpp.backend import LlamaCppBackend
+            from localspec.backends.llama_cpp.vocab import LlamaVocab
 
             self.model = load_gguf(self.path, self.dtype)
-            self.tokenizer = LlamaCppBackend(self.path, n_ctx=n_ctx or DEFAULT_CTX, vocab_only=True)
+            self.tokenizer = LlamaVocab.load(self.path)
         self._setup(n_ctx, hidden_layers, steps)
 
     @classmethod
     def from_decoder(
-        cls, model, tokenizer: Backend, n_ctx: int = 512, hidden_layers: Sequence[int] = (-1,), steps: str = "auto"
+        cls, model, tokenizer: Tokenizer, n_ctx: int = 512, hidden_layers: Sequence[int] = (-1,), steps: str = "auto"
     ):
-        """A backend around a Decoder built in memory (tests, tools) and any tokenizer backend."""
+        """A backend around a Decoder built in memory (tests, tools) and any tokenizer."""
         self = cls.__new__(cls)
         Backend.__init__(self)
         self.path, self.model, self.tokenizer = Path("<memory>"), model, tokenizer
@@ -88,15 +90,19 @@ class TorchBackend(ModelBackend):
         moving = sum(p.numel() * p.element_size() for p in params if p.device != self.device)
         kv_per_token = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * params[0].element_size()
         asked = min(n_ctx or DEFAULT_CTX, cfg.max_positions)
-        self.train_ctx = cfg.max_positions
         name = self.path.name if self.path.name != "<memory>" else "the model"
         self.n_ctx, note = fit_context(self.device, name, moving, kv_per_token, asked)
-        self.placement = f"{self.device} {str(self.dtype).removeprefix('torch.')}" + (f" · {note}" if note else "")
+        placement = f"{self.device} {str(self.dtype).removeprefix('torch.')}" + (f" · {note}" if note else "")
+        self.info = ModelInfo(
+            placement=placement,
+            train_ctx=cfg.max_positions,
+            n_params=sum(p.numel() for p in params),
+            size_bytes=sum(p.numel() * p.element_size() for p in params),
+        )
         self.model.to(self.device).eval()
         self.model.allocate_cache(self.n_ctx)
         self.set_steps(steps)
         self.vocab_size = cfg.vocab_size
-        self._take_tokenizer(self.tokenizer)
         self.model_name = self.tokenizer.model_name
         self.set_feature_layers(hidden_layers)
 
@@ -108,6 +114,8 @@ class TorchBackend(ModelBackend):
             raise ConfigError(f"torch steps must be one of {', '.join(STEP_MODES)}, got {mode!r}")
         cuda = self.device.type == "cuda"
         self.steps = None
+        loaded = self.info.placement.partition(" · CUDA graphs")[0]
+        self.info = replace(self.info, placement=loaded)
         if mode == "off" or (mode == "auto" and not cuda):
             return
         if mode == "graphs" and not cuda:
@@ -116,9 +124,11 @@ class TorchBackend(ModelBackend):
 
         steps = StaticSteps(self.model, self.n_ctx, capture=mode != "eager")
         if steps.captured:
-            self.placement += f" · CUDA graphs: {len(steps.graphs)} window sizes captured in {steps.capture_s:.1f} s"
+            note = f" · CUDA graphs: {len(steps.graphs)} window sizes captured in {steps.capture_s:.1f} s"
+            self.info = replace(self.info, placement=loaded + note)
         elif mode != "eager":
-            self.placement += " · CUDA graphs off: a captured step differed from the eager one"
+            note = " · CUDA graphs off: a captured step differed from the eager one"
+            self.info = replace(self.info, placement=loaded + note)
             return
         self.steps = steps
 
@@ -207,18 +217,10 @@ class TorchBackend(ModelBackend):
         torch = _torch()
         return f"torch {torch.__version__} {self.device} {self.dtype} threads {torch.get_num_threads()}"
 
-    @property
-    def n_params(self) -> int:
-        return sum(p.numel() for p in self.model.parameters())
-
-    @property
-    def size_bytes(self) -> int:
-        return sum(p.numel() * p.element_size() for p in self.model.parameters())
-
     def memory_bytes(self) -> int:
         model = self.model
         cache = 0 if model.k_cache is None else 2 * model.k_cache.numel() * model.k_cache.element_size()
-        return self.size_bytes + cache
+        return self.info.size_bytes + cache
 
 
 # -- GGUF ------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from localspec.backends.base import Backend
+from localspec.backends.tokenizer import Tokenizer
 from localspec.errors import ConfigError, ModelError
 
 SUPPORTED = ("llama", "qwen2", "qwen3", "mistral", "mimo")  # mimo: a Qwen2 body (+ MTP layers, drafters/mtp_torch.py)
@@ -119,20 +119,18 @@ def _byte_decoder() -> dict:
     return {chr(c): b for b, c in zip(printable, chars, strict=False)}
 
 
-class HfTokenizer(Backend):
-    """The tokenizer half of a Backend, from tokenizer.json."""
-
-    name = "hf-tokenizer"
+class HfTokenizer(Tokenizer):
+    """A model folder's tokenizer.json (through the `tokenizers` package), its chat template and special
+    tokens."""
 
     def __init__(self, folder: Path) -> None:
-        super().__init__()
         try:
-            from tokenizers import Tokenizer
+            import tokenizers
         except ImportError as exc:
             raise ConfigError("Hugging Face tokenizers need the tokenizers package: pip install tokenizers") from exc
         if not (folder / "tokenizer.json").is_file():
             raise ModelError(f"{folder}: no tokenizer.json")
-        self.tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.tok = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
         config = _read_json(folder / "tokenizer_config.json")
         self.chat_template = config.get("chat_template")
         self.model_name = folder.name
@@ -173,8 +171,5 @@ class HfTokenizer(Backend):
             return bytes([int(piece[3:5], 16)])
         return piece.replace("\u2581", " ").encode("utf-8")
 
-    def tokenizer_kind(self) -> str:
+    def kind(self) -> str:
         return self._kind
-
-    def close(self) -> None:
-        pass

@@ -177,7 +177,7 @@ class MtpDrafter(Drafter):
 
     def end(self) -> dict:
         self._catch_up()  # the turn's last features: the layer's cache stays whole for the next turn
-        figures = {"mtp_layers": self.target.mtp_layers, "mtp_drafted": self.drafted}
+        figures = {"mtp_layers": self.target.capabilities.mtp_layers, "mtp_drafted": self.drafted}
         self.drafted = 0
         return figures
 

@@ -73,7 +73,7 @@ class _RowHead(SideContext):
 
     def time_step(self) -> float:
         """Seconds of one drafted token, at the target's next position (the first call allocates: not timed)."""
-        zero, pos = np.zeros(self.hidden_size, np.float32), self.target.cached_len
+        zero, pos = np.zeros(self.hidden_size, np.float32), len(self.target.cached_tokens)
         self.step(0, zero, pos)
         t0 = time.perf_counter()
         self.step(0, zero, pos)
@@ -84,16 +84,17 @@ class LlamaMtpHead(_RowHead):
     what = "the MTP layer"
 
     def __init__(self, target) -> None:
-        if not target.mtp_layers:
+        layers = target.capabilities.mtp_layers
+        if not layers:
             raise ConfigError(
                 f"{target.model_name} has no MTP layers ({target.metadata('general.architecture')}."
                 f"nextn_predict_layers is 0 in its GGUF): use a GGUF that keeps them (e.g. a Qwen3.5 '-MTP' "
                 f"GGUF) or another drafter"
             )
         arch = target.metadata("general.architecture")
-        if target.mtp_layers > 1 and arch not in CHAINED_ARCHS:
+        if layers > 1 and arch not in CHAINED_ARCHS:
             raise ConfigError(
-                f"{target.model_name} declares {target.mtp_layers} MTP layers, but llama.cpp runs one MTP layer "
+                f"{target.model_name} declares {layers} MTP layers, but llama.cpp runs one MTP layer "
                 f"of a {arch} model (chained layers: {', '.join(sorted(CHAINED_ARCHS))}); use another drafter"
             )
         self._lib = target.lib
@@ -102,7 +103,7 @@ class LlamaMtpHead(_RowHead):
         except BaseException:
             self.close()
             raise
-        self.target_layers = target.mtp_layers
+        self.target_layers = layers
         if self.target_layers > 1:
             from localspec.backends.llama_cpp.ext import ext
 
@@ -200,7 +201,7 @@ class LlamaAssistantHead(_RowHead):
             )
         lib = self._lib = target.lib
         params = lib.llama_model_default_params()
-        params.n_gpu_layers = target.offloaded_layers
+        params.n_gpu_layers = target.info.gpu_layers
         self._model = lib.llama_model_load_from_file(str(self.path).encode(), params)
         if not self._model:
             raise ModelError(f"llama.cpp could not load the assistant {self.path}: {last_error()}")

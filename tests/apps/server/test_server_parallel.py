@@ -71,7 +71,7 @@ def alone(session, question: str) -> tuple[list[bytes], list[float]]:
     pieces, gaps = [], []
     for event in session.complete(prompt, Request(24, logprobs=2)):
         # the end of the answer is None (the server reports no token for it, but its finish reason)
-        pieces += [None if session.text.ends_generation(s.token) else session.backend.token_bytes(s.token)
+        pieces += [None if session.text.ends_generation(s.token) else session.backend.tokenizer.token_bytes(s.token)
                    for s in event.logprobs]  # fmt: skip
         gaps += [s.top[0][1] - s.top[1][1] for s in event.logprobs]
     return pieces, gaps

@@ -52,6 +52,7 @@ def test_gpu_layers_default_to_all_on_a_gpu_build_and_none_on_a_cpu_build():
 def test_the_load_report_says_where_the_layers_went():
     from support.fakes import ScriptedBackend
 
+    from localspec.backends.base import ModelInfo
     from localspec.drafters.base import NoDrafter
     from localspec.sampling import SamplingParams
     from localspec.session import Session
@@ -60,9 +61,9 @@ def test_the_load_report_says_where_the_layers_went():
     session = Session(backend, NoDrafter(), SamplingParams(temperature=0.8), "scripted", max_tokens=8)
     assert "GPU" not in session.load_report()  # a CPU build, or another backend
     assert gpu_placement(0, 30) == ""
-    backend.placement = gpu_placement(ALL_LAYERS, 30)
+    backend.info = ModelInfo(placement=gpu_placement(ALL_LAYERS, 30))
     assert "30 of 30 layers on the GPU" in session.load_report()
-    backend.placement = gpu_placement(12, 30)
+    backend.info = ModelInfo(placement=gpu_placement(12, 30))
     assert "12 of 30 layers on the GPU" in session.load_report()
 
 

@@ -106,7 +106,7 @@ def test_greedy_output_is_plain_decodings_over_long_contexts_and_turns(backend, 
     conv.add("user", LONG)
     first_prompt = conv.prompt_tokens(backend, reserve=96)
     plain_first = greedy_run(backend, first_prompt, NoDrafter(), draft_tokens=1, max_tokens=96)
-    detok = backend.detokenizer()
+    detok = backend.tokenizer.detokenizer()
     conv.add("assistant", "".join(detok.push(t) for t in plain_first) + detok.flush())
     conv.add("user", "Now write f40 and f41 the same way.")
     second_prompt = conv.prompt_tokens(backend, reserve=64)
@@ -126,7 +126,7 @@ def test_greedy_output_is_plain_decodings_over_long_contexts_and_turns(backend, 
 
 
 def test_truncate_and_continue_gives_the_logits_of_a_fresh_prefill(backend):
-    tokens = prompt_tokens(backend, PROMPTS[3]) + backend.tokenize(" def factorial(n):\n    return 1")
+    tokens = prompt_tokens(backend, PROMPTS[3]) + backend.tokenizer.tokenize(" def factorial(n):\n    return 1")
     backend.truncate(0)
     backend.prefill(tokens[:-4])
     fresh = backend.forward(tokens[-4:]).logits
@@ -163,16 +163,16 @@ def test_second_turn_prefills_only_the_new_messages(backend):
 
 
 def test_chat_template_comes_from_the_gguf(backend):
-    assert "<|im_start|>" in backend.chat_template
+    assert "<|im_start|>" in backend.tokenizer.chat_template
     tokens = prompt_tokens(backend, "hi")
-    assert backend.tokenize("<|im_start|>", special=True)[0] in tokens
-    assert backend.tokenize("<|im_end|>", special=True)[0] in backend.eog_tokens
+    assert backend.tokenizer.tokenize("<|im_start|>", special=True)[0] in tokens
+    assert backend.tokenizer.tokenize("<|im_end|>", special=True)[0] in backend.tokenizer.eog_tokens
 
 
 def test_streaming_detokenizer_never_splits_a_character(backend):
     text = "naïve café — 東京 🍵 ok"
-    tokens = backend.tokenize(text)
-    detok = backend.detokenizer()
+    tokens = backend.tokenizer.tokenize(text)
+    detok = backend.tokenizer.detokenizer()
     pieces = [detok.push(t) for t in tokens] + [detok.flush()]
     assert "".join(pieces) == text
     assert all("\ufffd" not in p for p in pieces)
@@ -254,7 +254,7 @@ def test_the_default_context_is_the_trained_one_as_far_as_memory_allows(backend,
 
     per_token = backend.kv_bytes_per_token()
     assert per_token == 30 * 3 * (64 + 64) * 2  # SmolLM2-135M: 30 layers, 3 KV heads of 64, f16 K and V
-    train = backend.train_ctx
+    train = backend.info.train_ctx
     monkeypatch.setattr(module, "available_memory", lambda: 10**12)
     assert backend._default_ctx(train) == train == 8192
     monkeypatch.setattr(module, "available_memory", lambda: int(3000 * per_token / module.KV_SHARE))

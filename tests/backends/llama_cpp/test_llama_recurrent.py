@@ -50,13 +50,13 @@ def old_hybrid(monkeypatch):
 
 def test_a_hybrid_target_refuses_speculation_by_name(old_hybrid):
     hybrid = old_hybrid
-    assert hybrid.recurrent and not hybrid.capabilities.can_truncate and not hybrid.checkpoints
+    assert hybrid.recurrent and not hybrid.capabilities.can_truncate and not hybrid.capabilities.checkpoints
     with pytest.raises(ConfigError, match=r"(?i)smollm2.*cannot be rolled back.*--drafter none"):
         check_fit(hybrid, NgramDrafter())
 
 
 def test_a_refused_cut_prefills_the_kept_positions_again_and_plain_decoding_stays_right(hybrid):
-    prompt = hybrid.tokenize("The capital of France is")
+    prompt = hybrid.tokenizer.tokenize("The capital of France is")
     first = generate(hybrid, NoDrafter(), prompt, GREEDY, max_tokens=12)
     assert hybrid.cached_tokens == (*prompt, *first.tokens[:-1])  # the turn's end cut its last token off
     hybrid.truncate(3)
@@ -73,7 +73,7 @@ def qwen35(tmp_path_factory):
 
 
 def test_a_qwen35_target_rolls_back_within_its_snapshots(qwen35, tmp_path):
-    assert qwen35.recurrent and qwen35.capabilities.can_truncate and qwen35.max_rollback == RS_SNAPSHOTS
+    assert qwen35.recurrent and qwen35.capabilities.can_truncate and qwen35.capabilities.max_rollback == RS_SNAPSHOTS
     assert not qwen35.capabilities.tree_attention
     context = [int(t) for t in np.random.default_rng(0).integers(0, 257, 40)]
     with LlamaCppBackend(qwen35.path, n_ctx=256, n_threads=2) as fresh:
@@ -82,7 +82,7 @@ def test_a_qwen35_target_rolls_back_within_its_snapshots(qwen35, tmp_path):
             qwen35.prefill(context[:20])
             qwen35.forward(context[20:])
             qwen35.truncate(40 - back)
-            kept = qwen35.cached_len
+            kept = len(qwen35.cached_tokens)
             # within the snapshots the cut is exact; further back the kept positions are prefilled again
             assert kept == 40 - back
             got = qwen35.forward(context[kept : 41 - back]).logits[-1]
@@ -109,7 +109,7 @@ def test_a_cut_past_the_snapshots_goes_back_to_where_the_last_prompt_ended(qwen3
                 qwen35.truncate(keep)
             finally:
                 del qwen35._decode
-            assert sum(decoded) == keep - 30 and qwen35.cached_len == keep
+            assert sum(decoded) == keep - 30 and len(qwen35.cached_tokens) == keep
             decoded.clear()
             got = qwen35.forward(context[keep : keep + 1]).logits[-1]
             fresh.truncate(0)
@@ -175,12 +175,12 @@ def test_drafts_on_a_hybrid_target_are_capped_at_its_rollback(qwen35):
 def test_snapshots_are_fewer_where_memory_is_short_and_the_cap_follows(qwen35, monkeypatch, tmp_path):
     import localspec.backends.llama_cpp.backend as llama
 
-    per = qwen35.snapshot_bytes / RS_SNAPSHOTS
+    per = qwen35.info.snapshot_bytes / RS_SNAPSHOTS
     assert per > 0
     monkeypatch.setattr(llama, "available_memory", lambda: 5.5 * per / llama.RS_SHARE)  # room for 5 of them
     path = write_tiny_qwen35(tmp_path / "qwen35.gguf")
     with LlamaCppBackend(path, n_ctx=256, n_threads=2) as short:
-        assert short.max_rollback == 5 and short.snapshot_bytes == int(5 * per)
+        assert short.capabilities.max_rollback == 5 and short.info.snapshot_bytes == int(5 * per)
         out, plain = oracle_run(short, 2, 40, RS_SNAPSHOTS)
         assert out.tokens == plain and len(out.stats.drafted_at) == 5
 
@@ -202,14 +202,14 @@ def checkpointed(tmp_path_factory):
 
 def test_without_snapshots_a_cut_within_a_verify_window_restores_the_saved_state(checkpointed, qwen35):
     b = checkpointed
-    assert b.checkpoints and b.max_rollback is None and b.capabilities.can_truncate
+    assert b.capabilities.checkpoints and b.capabilities.max_rollback is None and b.capabilities.can_truncate
     context = [int(t) for t in np.random.default_rng(1).integers(0, 257, 60)]
     for back in (1, 7, 30):  # any depth within the window, past where 16 snapshots reach
         b.truncate(0)
         b.prefill(context[:20])
         b.forward(context[20:])  # a 40-token window
         b.truncate(60 - back)
-        assert b.cached_len == 60 - back
+        assert len(b.cached_tokens) == 60 - back
         got = b.forward(context[60 - back : 61 - back]).logits[-1]
         qwen35.truncate(0)
         want = qwen35.forward(context[: 61 - back]).logits[-1]

@@ -13,7 +13,7 @@ mx = pytest.importorskip("mlx.core")
 pytest.importorskip("mlx_lm")
 
 from support.distribution import chi_square_p  # noqa: E402
-from support.fakes import DistributionDrafter, RandomDrafter, ScriptedBackend  # noqa: E402
+from support.fakes import DistributionDrafter, RandomDrafter, ScriptedTokenizer  # noqa: E402
 from support.hf_folder import write_tokenizer  # noqa: E402
 
 from localspec.backends.mlx.backend import MlxBackend  # noqa: E402
@@ -78,7 +78,7 @@ def close(a, b):
 def test_window_equals_one_token_at_a_time_and_rollback_gives_a_fresh_prefills_logits(folder):
     backend = MlxBackend(folder, n_ctx=256)
     assert backend.capabilities.can_truncate and backend.capabilities.hidden_states
-    tokens = backend.tokenize("def add(a, b): hello world, the quick brown fox")
+    tokens = backend.tokenizer.tokenize("def add(a, b): hello world, the quick brown fox")
     whole = backend.forward(tokens).logits
     backend.truncate(0)
     rows = np.stack([backend.forward([t]).logits[0] for t in tokens])
@@ -94,8 +94,8 @@ def test_logits_match_the_pytorch_backend_on_the_same_weights(folder):
     from localspec.backends.torch.backend import TorchBackend
 
     ours, theirs = MlxBackend(folder, n_ctx=256), TorchBackend(folder, n_ctx=256, n_threads=2)
-    tokens = ours.tokenize("hello world, the quick brown fox jumps")
-    assert tokens == theirs.tokenize("hello world, the quick brown fox jumps")
+    tokens = ours.tokenizer.tokenize("hello world, the quick brown fox jumps")
+    assert tokens == theirs.tokenizer.tokenize("hello world, the quick brown fox jumps")
     a, b = ours.forward(tokens, return_hidden=True), theirs.forward(tokens, return_hidden=True)
     assert close(a.logits, b.logits) and close(a.hidden, b.hidden)
     assert (a.logits.argmax(-1) == b.logits.argmax(-1)).all()
@@ -142,7 +142,7 @@ def test_eagle_heads_run_in_mlx_from_the_released_checkpoint_formats(tmp_path, v
         write_eagle_head(tmp_path / "head", reference, "safetensors", with_embed=False)
     else:
         write_eagle3_head(tmp_path / "head", reference)
-    prompt = target.tokenize("def add(a, b): return a + b")
+    prompt = target.tokenizer.tokenize("def add(a, b): return a + b")
     plain = generate(target, NoDrafter(), prompt, GREEDY, max_tokens=40).tokens
     target.truncate(0)
     mlx_drafter = EagleDrafter(target, tmp_path / "head")
@@ -161,7 +161,7 @@ def test_eagle_heads_run_in_mlx_from_the_released_checkpoint_formats(tmp_path, v
 
 def test_a_cache_that_cannot_be_rolled_back_is_refused_before_generating(tmp_path):
     model, _ = build_model("llama", 12, layer_types=["sliding_attention", "full_attention"], sliding_window=8)
-    backend = MlxBackend.from_model(model, ScriptedBackend(vocab_size=12), n_ctx=64, name="tiny-swa")
+    backend = MlxBackend.from_model(model, ScriptedTokenizer(vocab_size=12), n_ctx=64, name="tiny-swa")
     assert not backend.capabilities.can_truncate
     with pytest.raises(ConfigError, match="tiny-swa.*cannot be rolled back"):
         generate(backend, NgramDrafter(1, 2), [1, 2, 3], GREEDY, max_tokens=5)
@@ -180,7 +180,7 @@ def test_speculative_sampling_matches_the_targets_distribution(kind):
 
     sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
     model, _ = build_model("qwen2", V, seed=1, scale=1.5)
-    backend = MlxBackend.from_model(model, ScriptedBackend(vocab_size=V), n_ctx=64)
+    backend = MlxBackend.from_model(model, ScriptedTokenizer(vocab_size=V), n_ctx=64)
     memo = {}
 
     def probs(ctx):
@@ -202,7 +202,7 @@ def test_speculative_sampling_matches_the_targets_distribution(kind):
     else:
         draft_model, _ = build_model("qwen2", V, seed=7, scale=1.5)
         drafter = DraftModelDrafter(
-            MlxBackend.from_model(draft_model, ScriptedBackend(vocab_size=V), n_ctx=64), V, V, seed=2
+            MlxBackend.from_model(draft_model, ScriptedTokenizer(vocab_size=V), n_ctx=64), V, V, seed=2
         )
     backend.truncate(0)
     rng, counts, accepted = np.random.default_rng(3), {}, 0

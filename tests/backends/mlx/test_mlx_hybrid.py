@@ -9,7 +9,7 @@ import pytest
 mx = pytest.importorskip("mlx.core")
 pytest.importorskip("mlx_lm")
 
-from support.fakes import ScriptedBackend  # noqa: E402
+from support.fakes import ScriptedTokenizer  # noqa: E402
 from support.tiny_mlx_hybrid import qwen3_5_model  # noqa: E402
 
 from localspec.backends.mlx.backend import MlxBackend  # noqa: E402
@@ -28,7 +28,7 @@ PROMPT = [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3]
 
 def hybrid(seed=0):
     model = qwen3_5_model(width=32, layers=4, vocab=V, head_dim=8, interval=2, seed=seed, scale=2.5)
-    return MlxBackend.from_model(model, ScriptedBackend(vocab_size=V), n_ctx=256, name="tiny-qwen3.5")
+    return MlxBackend.from_model(model, ScriptedTokenizer(vocab_size=V), n_ctx=256, name="tiny-qwen3.5")
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +54,14 @@ def replays(backend, keep):
 
 @pytest.mark.parametrize("depth", [1, 3, 6])
 def test_a_cut_within_the_last_call_gives_a_fresh_prefills_logits(backend, depth):
-    assert backend.capabilities.can_truncate and backend.checkpoints and backend.hidden_size == 32
+    assert backend.capabilities.can_truncate and backend.capabilities.checkpoints and backend.hidden_size == 32
     backend.truncate(0)
     backend.prefill(PROMPT)
     window = [6, 7, 8, 9, 10, 11]
     backend.forward(window)
     keep = len(PROMPT) + len(window) - depth
     replayed = replays(backend, keep)
-    assert backend.cached_len == keep and replayed == len(window) - depth  # from the snapshot, not rebuilt
+    assert len(backend.cached_tokens) == keep and replayed == len(window) - depth  # from the snapshot, not rebuilt
     after = backend.forward([12]).logits[-1]
     want = fresh_logits(backend, (PROMPT + window)[:keep] + [12])
     np.testing.assert_allclose(after, want, atol=1e-4)

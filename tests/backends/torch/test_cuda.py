@@ -10,7 +10,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA G
 
 def cuda_backend(dtype=None):
     from support.eagle_heads import DEEP
-    from support.fakes import ScriptedBackend
+    from support.fakes import ScriptedTokenizer
 
     from localspec.backends.torch.backend import TorchBackend
     from localspec.backends.torch.decoder import Decoder
@@ -21,7 +21,7 @@ def cuda_backend(dtype=None):
         for p in model.parameters():
             p.mul_(4.0)
     model = model.to("cuda", dtype or torch.bfloat16)
-    return TorchBackend.from_decoder(model, ScriptedBackend(vocab_size=DEEP.vocab_size), n_ctx=256)
+    return TorchBackend.from_decoder(model, ScriptedTokenizer(vocab_size=DEEP.vocab_size), n_ctx=256)
 
 
 def test_cuda_tree_rows_equal_branches_run_alone():
@@ -88,7 +88,7 @@ def test_cuda_graphs_are_captured_and_replay_the_eager_steps_rows():
     """torch_graphs.py on the GPU: eight window sizes captured, checked against the eager step at capture,
     and greedy decoding with graphs equal to the ordinary step's in fp32."""
     from support.eagle_heads import DEEP, PROMPT
-    from support.fakes import ScriptedBackend
+    from support.fakes import ScriptedTokenizer
     from support.tiny_torch import GREEDY
 
     from localspec.backends.torch.backend import TorchBackend
@@ -103,12 +103,12 @@ def test_cuda_graphs_are_captured_and_replay_the_eager_steps_rows():
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(4.0)
-    tok = ScriptedBackend(vocab_size=DEEP.vocab_size)
+    tok = ScriptedTokenizer(vocab_size=DEEP.vocab_size)
     ordinary = TorchBackend.from_decoder(model.to("cuda"), tok, n_ctx=256, steps="off")
     twin = Decoder(DEEP).to("cuda")
     twin.load_state_dict(model.state_dict())
     graphs = TorchBackend.from_decoder(twin, tok, n_ctx=256, steps="graphs")
-    assert sorted(graphs.steps.graphs) == list(BUCKETS) and "CUDA graphs: 8 window sizes" in graphs.placement
+    assert sorted(graphs.steps.graphs) == list(BUCKETS) and "CUDA graphs: 8 window sizes" in graphs.info.placement
     for b in (ordinary, graphs):
         b.prefill([5, 6, 7, 8])
     window = [3, 10, 11, 12, 13]

@@ -61,13 +61,13 @@ def test_argmax_and_the_guards_gaps_match_the_host():
 
 def test_the_torch_backend_hands_out_device_rows():
     from support.eagle_heads import DEEP
-    from support.fakes import ScriptedBackend
+    from support.fakes import ScriptedTokenizer
 
     from localspec.backends.torch.backend import TorchBackend
     from localspec.backends.torch.decoder import Decoder
 
     torch.manual_seed(0)
-    backend = TorchBackend.from_decoder(Decoder(DEEP), ScriptedBackend(vocab_size=DEEP.vocab_size), n_ctx=64)
+    backend = TorchBackend.from_decoder(Decoder(DEEP), ScriptedTokenizer(vocab_size=DEEP.vocab_size), n_ctx=64)
     out = backend.forward([5, 6, 7])
     assert isinstance(out.rows, TorchRows) and out.logits.shape == (3, DEEP.vocab_size)
     tree = backend.forward_tree([3, 10, 11], [-1, -1])

@@ -108,7 +108,7 @@ def test_parity_with_llama_cpp_on_smollm2():
         conv = Conversation()
         conv.add("user", text)
         prompt = conv.prompt_tokens(lb, reserve=48)
-        assert tb.tokenize(text) == lb.tokenize(text)
+        assert tb.tokenizer.tokenize(text) == lb.tokenizer.tokenize(text)
         tb.truncate(0)
         lb.truncate(0)
         a, b = lb.forward(prompt).logits, tb.forward(prompt).logits
@@ -137,15 +137,17 @@ def test_hugging_face_folder_loads_weights_tokenizer_and_chat_template(tmp_path,
     reference = write_hf_checkpoint(tmp_path, model_type)
     backend = TorchBackend(tmp_path, n_ctx=256, n_threads=2)
     text = "hello world, naïve fox"
-    tokens = backend.tokenize(text)
-    detok = backend.detokenizer()
+    tokens = backend.tokenizer.tokenize(text)
+    detok = backend.tokenizer.detokenizer()
     assert "".join(detok.push(t) for t in tokens) + detok.flush() == text
     ref = TorchBackend.from_decoder(reference, backend.tokenizer, n_ctx=256)
     np.testing.assert_array_equal(backend.forward(tokens).logits, ref.forward(tokens).logits)
     conv = Conversation()
     conv.add("user", "def add(a, b):")
     prompt = conv.prompt_tokens(backend, reserve=40)
-    assert backend.tokenize("<|im_start|>")[0] in prompt and backend.eog_tokens == {backend.tokenize("<|im_end|>")[0]}
+    assert backend.tokenizer.tokenize("<|im_start|>")[0] in prompt and backend.tokenizer.eog_tokens == {
+        backend.tokenizer.tokenize("<|im_end|>")[0]
+    }
     backend.truncate(0)
     plain = generate(backend, NoDrafter(), prompt, GREEDY, max_tokens=40).tokens
     backend.truncate(0)

@@ -17,7 +17,7 @@ PREFIX = [5, 6, 7, 8, 9, 10, 11]
 def pair(n_ctx=160, cfg=None):
     """Two backends over the same weights: the ordinary step and the fixed-shape one."""
     from support.eagle_heads import DEEP
-    from support.fakes import ScriptedBackend
+    from support.fakes import ScriptedTokenizer
 
     from localspec.backends.torch.backend import TorchBackend
     from localspec.backends.torch.decoder import Decoder
@@ -30,7 +30,7 @@ def pair(n_ctx=160, cfg=None):
             p.mul_(3.0)
     twin = Decoder(cfg)
     twin.load_state_dict(model.state_dict())
-    tok = ScriptedBackend(vocab_size=cfg.vocab_size)
+    tok = ScriptedTokenizer(vocab_size=cfg.vocab_size)
     plain = TorchBackend.from_decoder(model, tok, n_ctx=n_ctx, steps="off")
     static = TorchBackend.from_decoder(twin, tok, n_ctx=n_ctx, steps="eager")
     return plain, static
@@ -130,12 +130,12 @@ def test_greedy_output_with_the_fixed_shape_step_equals_plain_decoding(tmp_path,
 
 def test_step_modes_are_checked_and_reported():
     from support.eagle_heads import DEEP
-    from support.fakes import ScriptedBackend
+    from support.fakes import ScriptedTokenizer
 
     from localspec.backends.torch.backend import TorchBackend
     from localspec.backends.torch.decoder import Decoder
 
-    tok = ScriptedBackend(vocab_size=DEEP.vocab_size)
+    tok = ScriptedTokenizer(vocab_size=DEEP.vocab_size)
     assert TorchBackend.from_decoder(Decoder(DEEP), tok, steps="auto").steps is None  # CPU: the ordinary step
     with pytest.raises(ConfigError, match="CUDA graphs need a CUDA device"):
         TorchBackend.from_decoder(Decoder(DEEP), tok, steps="graphs")

@@ -12,7 +12,7 @@ from localspec.errors import ModelError  # noqa: E402
 
 def backend_with_free(monkeypatch, free: int | None, n_ctx: int = 2048):
     from support.eagle_heads import DEEP
-    from support.fakes import ScriptedBackend
+    from support.fakes import ScriptedTokenizer
 
     from localspec.backends.torch.backend import TorchBackend
     from localspec.backends.torch.decoder import Decoder
@@ -20,7 +20,7 @@ def backend_with_free(monkeypatch, free: int | None, n_ctx: int = 2048):
     monkeypatch.setattr(torch_memory, "free_bytes", lambda device: free)
     torch.manual_seed(0)
     model = Decoder(DEEP)
-    return TorchBackend.from_decoder(model, ScriptedBackend(vocab_size=DEEP.vocab_size), n_ctx=n_ctx), model
+    return TorchBackend.from_decoder(model, ScriptedTokenizer(vocab_size=DEEP.vocab_size), n_ctx=n_ctx), model
 
 
 def kv_per_token(model):
@@ -30,7 +30,7 @@ def kv_per_token(model):
 
 def test_a_device_with_room_gets_the_asked_context(monkeypatch):
     backend, _ = backend_with_free(monkeypatch, 80 * 2**30)
-    assert backend.n_ctx == 2048 and backend.placement == "cpu float32"
+    assert backend.n_ctx == 2048 and backend.info.placement == "cpu float32"
     backend, _ = backend_with_free(monkeypatch, None)  # the CPU: nothing to check
     assert backend.n_ctx == 2048
 
@@ -40,7 +40,7 @@ def test_a_small_device_gets_the_context_that_fits_and_the_report_says_so(monkey
     # a model built on its device already: only the KV cache still has to fit
     backend, _ = backend_with_free(monkeypatch, torch_memory.RESERVE_MIN + 1000 * kv_per_token(model) + 10)
     assert backend.n_ctx == 768 and backend.model.k_cache.shape[1] == 768
-    assert "context 768 tokens of the 2048 asked" in backend.placement
+    assert "context 768 tokens of the 2048 asked" in backend.info.placement
     from localspec.drafters.base import NoDrafter
     from localspec.sampling import SamplingParams
     from localspec.session import Session

@@ -164,7 +164,7 @@ def test_train_eagle_learns_a_head_that_loads_and_drafts(tmp_path):
     assert any("held-out" in line for line in lines)
     for name in ("config.json", "model.safetensors", "train_report.json"):
         assert (tmp_path / "head" / name).is_file()
-    prompt = backend.tokenize(docs[0][:40])
+    prompt = backend.tokenizer.tokenize(docs[0][:40])
     backend.truncate(0)
     plain = generate(backend, NoDrafter(), prompt, GREEDY, max_tokens=40).tokens
     backend.truncate(0)

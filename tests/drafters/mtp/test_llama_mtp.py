@@ -38,12 +38,12 @@ def partial_mtp(tmp_path_factory):
 
 
 def prompt_of(backend):
-    return backend.tokenize("the quick brown fox jumps over the lazy dog and")
+    return backend.tokenizer.tokenize("the quick brown fox jumps over the lazy dog and")
 
 
 def test_the_mtp_block_is_loaded_and_the_trunk_is_the_rest(partial_mtp):
-    assert partial_mtp.mtp_layers == 1 and partial_mtp.n_layers == 4
-    assert partial_mtp.capabilities.hidden_states and partial_mtp.max_rollback == 16
+    assert partial_mtp.capabilities.mtp_layers == 1 and partial_mtp.n_layers == 4
+    assert partial_mtp.capabilities.hidden_states and partial_mtp.capabilities.max_rollback == 16
 
 
 @pytest.mark.parametrize("draft_tokens", [FixedK(4), "auto"])
@@ -112,7 +112,7 @@ def test_sampled_mtp_keeps_the_targets_distribution(partial_mtp):
 
 def test_a_model_without_mtp_layers_is_refused_by_name(tmp_path_factory):
     with load(tmp_path_factory) as backend:
-        assert backend.mtp_layers == 0
+        assert backend.capabilities.mtp_layers == 0
         with pytest.raises(ConfigError, match=r"tiny-qwen35.*no MTP layers.*nextn_predict_layers"):
             build(backend, None, DrafterContext())
 
@@ -150,8 +150,8 @@ def test_a_stopped_answer_and_a_prompt_cached_without_it_are_handed_over_once(pa
         for _ in range(4):
             answer += list(next(stream).tokens)
         stream.close()  # stopped: the answer so far is kept
-        cached = partial_mtp.cached_len
-        turn = prompt + answer + partial_mtp.tokenize(" and then")
+        cached = len(partial_mtp.cached_tokens)
+        turn = prompt + answer + partial_mtp.tokenizer.tokenize(" and then")
         nxt = generate(partial_mtp, drafter, turn, GREEDY, max_tokens=4, draft_tokens=FixedK(2))
     finally:
         drafter.close()
@@ -169,17 +169,17 @@ def test_the_mtp_layers_cache_is_saved_and_loaded_with_the_servers_conversation_
         drafts, propose = [], drafter.propose
         drafter.propose = lambda c, k: drafts.append(propose(c, k)) or drafts[-1]
         states = PromptStates(backend, budget_bytes=1 << 30)
-        a = backend.tokenize("the quick brown fox jumps over the lazy dog and the cat sat on the mat " * 2)
-        b = backend.tokenize("an entirely different conversation about ships, sails and the open sea " * 2)
+        a = backend.tokenizer.tokenize("the quick brown fox jumps over the lazy dog and the cat sat on the mat " * 2)
+        b = backend.tokenizer.tokenize("an entirely different conversation about ships, sails and the open sea " * 2)
         try:
             states.prepare(a, drafter)
             first = generate(backend, drafter, a, GREEDY, max_tokens=24, draft_tokens=FixedK(3))
             if switch:
                 states.prepare(b, drafter)
                 generate(backend, drafter, b, GREEDY, max_tokens=24, draft_tokens=FixedK(3))
-            again = a + list(first.tokens) + backend.tokenize(" and so")
+            again = a + list(first.tokens) + backend.tokenizer.tokenize(" and so")
             states.prepare(again, drafter)
-            cached = backend.cached_len
+            cached = len(backend.cached_tokens)
             drafts.clear()
             out = generate(backend, drafter, again, GREEDY, max_tokens=24, draft_tokens=FixedK(3))
         finally:

@@ -25,7 +25,7 @@ def load(tmp_path_factory, heads, trunk="random"):
 
 
 def prompt_of(backend):
-    return backend.tokenize("the quick brown fox jumps over the lazy dog and")
+    return backend.tokenizer.tokenize("the quick brown fox jumps over the lazy dog and")
 
 
 def drafts_of(drafter):
@@ -132,7 +132,7 @@ def test_every_layers_cache_matches_a_fresh_one_over_turns_with_cuts(tmp_path_fa
         drafter.propose = comparing
         try:
             out = generate(backend, drafter, prompt, GREEDY, max_tokens=30, draft_tokens=FixedK(2))
-            answer = prompt + list(out.tokens) + backend.tokenize(" and then")
+            answer = prompt + list(out.tokens) + backend.tokenizer.tokenize(" and then")
             generate(backend, drafter, answer, GREEDY, max_tokens=30, draft_tokens=FixedK(2))
         finally:
             drafter.close()
@@ -150,7 +150,7 @@ def test_more_layers_than_llama_cpp_chains_for_the_architecture_are_refused_by_n
     from localspec.errors import ConfigError
 
     with load(tmp_path_factory, ("random", "random")) as backend:
-        assert mtp_layers(backend.path) == 2 and backend.mtp_layers == 2 and backend.n_layers == 2
+        assert mtp_layers(backend.path) == 2 and backend.capabilities.mtp_layers == 2 and backend.n_layers == 2
         monkeypatch.setattr(mtp_llama, "CHAINED_ARCHS", frozenset())  # as for qwen35, whose graph runs one
         with pytest.raises(ConfigError, match=r"tiny-step35 declares 2 MTP layers.*runs one MTP layer of a step35"):
             build(backend, None, DrafterContext())

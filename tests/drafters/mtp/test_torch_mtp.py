@@ -74,7 +74,7 @@ def backend_of(folder):
 
 
 def prompt_of(backend):
-    return backend.tokenize("the quick brown fox jumps over the lazy dog")
+    return backend.tokenizer.tokenize("the quick brown fox jumps over the lazy dog")
 
 
 def test_a_token_reading_layer_on_an_identity_body_drafts_every_token_right(tmp_path):

@@ -233,7 +233,7 @@ def test_train_drafter_learns_heads_that_load_and_draft(tmp_path, kind):
     weights = "medusa_lm_head.safetensors" if kind == "medusa" else "model.safetensors"
     assert (tmp_path / "head" / weights).is_file() and (tmp_path / "head" / "config.json").is_file()
     heads = (MedusaHeads if kind == "medusa" else MlpSpeculator)(tmp_path / "head", backend)
-    prompt = backend.tokenize(docs[0][:40])
+    prompt = backend.tokenizer.tokenize(docs[0][:40])
     backend.truncate(0)
     plain = generate(backend, NoDrafter(), prompt, GREEDY, max_tokens=40).tokens
     backend.truncate(0)

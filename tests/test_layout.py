@@ -1,8 +1,8 @@
 """The layout's rules (docs/design.md, Layout), checked on the package's source by walking its syntax trees:
 
 - engine/ imports no drafter family, chat/, apps/ or bench/; backends/ imports no drafters/; drafters/ imports
-  no train/, bench/, apps/ or engine/; models/ imports no drafters/ or bench/; a drafter family imports no other
-  (FAMILY_EXCEPTIONS names the one left); only apps/ imports apps/ (and `python -m localspec`, its door);
+  no train/, bench/, apps/ or engine/; models/ imports no drafters/ or bench/; a drafter family imports no
+  other; only apps/ imports apps/ (and `python -m localspec`, its door);
 - no module imports another module's _private name, or reads one off an imported module;
 - nothing outside backends/ reads a backend's _private attribute;
 - nothing reads a backend's attribute with getattr/hasattr (declare it on Backend or in Capabilities);
@@ -28,12 +28,8 @@ FORBIDDEN = [
     ("localspec.drafters", ["localspec.train", "localspec.bench", "localspec.apps", "localspec.engine"]),
     ("localspec.models", ["localspec.drafters", "localspec.bench"]),
 ]
-# a family imports no other family (what they share lives in drafters/heads/, drafters/picking.py), but:
-FAMILY_EXCEPTIONS = {
-    # MiMo's MTP layer runs on torch as an EAGLE-1 head (a subclass of Eagle1Head, driven by EagleDrafter):
-    # the one left; the EAGLE drafter and its torch head classes have yet to move into heads/
-    ("localspec.drafters.mtp.torch_head", "localspec.drafters.eagle"),
-}
+# a family imports no other family: what they share lives in drafters/heads/ (the feature-fed drafter, the
+# one-layer torch head EAGLE-1 and MiMo's MTP layer are), drafters/picking.py
 APPS_DOORS = ("localspec.apps", "localspec.__main__")
 BACKENDISH = ("backend", "target", "draft", "draft_backend", "model_backend")  # names a Backend goes by
 
@@ -93,7 +89,7 @@ def family_of(module: str) -> str | None:
 
 def family_violation(module: str, target: str) -> list[str]:
     mine, theirs = family_of(module), family_of(target)
-    if mine and theirs and mine != theirs and (module, f"localspec.drafters.{theirs}") not in FAMILY_EXCEPTIONS:
+    if mine and theirs and mine != theirs:
         return [f"{module}: the {mine} family may not import another family ({target})"]
     return []
 

@@ -4,16 +4,16 @@
 The layer: x = input_proj([hidden_layernorm(h); token_layernorm(embed(token))]) (the hidden row first),
 one Qwen2 decoder layer (q/k/v biases), final_layernorm; its logits come from the target's LM head. h is
 the target's last hidden state after the final norm (feature -1), so slot j of the layer's cache takes
-(token j+1, feature j), the pairing of an EAGLE-1 head: the EAGLE drafter drives it, chaining on the
-layer's own output row.
+(token j+1, feature j), the pairing of an EAGLE-1 head (drafters/heads/one_layer.py), driven as EAGLE's
+heads are (drafters/heads/feature_drafter.py), chaining on the layer's own output row.
 """
 
 from __future__ import annotations
 
 import json
 
-from localspec.drafters.eagle.drafter import EagleDrafter
-from localspec.drafters.eagle.torch_head import Eagle1Head
+from localspec.drafters.heads.feature_drafter import FeatureHeadDrafter
+from localspec.drafters.heads.one_layer import Eagle1Head
 from localspec.errors import ConfigError, ModelError
 
 PREFIX = "model.mtp_layers.0."
@@ -100,13 +100,13 @@ class MimoMtpHead(Eagle1Head):
             return self.decoder.forward_embeddings(x, start, lo=self.lo, positions=positions, mask=mask)
 
 
-class TorchMtpDrafter(EagleDrafter):
-    """The EAGLE drafter's chains with the MTP layer as its head."""
+class TorchMtpDrafter(FeatureHeadDrafter):
+    """Chains with the MTP layer as the feature-fed head."""
 
     name = "mtp"
 
     def __init__(self, target, seed: int | None = None) -> None:
-        super().__init__(target, None, seed, head=MimoMtpHead(target))
+        super().__init__(target, lambda: MimoMtpHead(target), seed)
 
     def describe(self) -> str:
         return "the target's MTP layer (MiMo), chains"

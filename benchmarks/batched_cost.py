@@ -2,11 +2,12 @@
 
 `serve --parallel` prices a slot's verify window as the pass it joins: with B tokens of the other slots in it,
 a window of L + 1 tokens is priced T(L + 1 + B) off the lone cost curve (engine/speclen/policy.py). This
-measures whether that holds: two slots of one llama.cpp context, each holding its own prompt, decode windows of
-a and b tokens in one pass (the Batcher's batch, as serve runs it), against a lone window of a + b tokens, and the
-marginal cost of one more token of slot 0 in either case. Rounds interleave the shapes (this machine drifts).
+measures whether that holds: two slots of one llama.cpp context (or of one torch model, `--backend torch`: its
+packed pass, backends/torch/slots.py), each holding its own prompt, decode windows of a and b tokens in one pass
+(the Batcher's batch, as serve runs it), against a lone window of a + b tokens, and the marginal cost of one more
+token of slot 0 in either case. Rounds interleave the shapes (this machine drifts).
 
-    python benchmarks/batched_cost.py MODEL.gguf [--rounds 7] [--prompt 600] [--json OUT]
+    python benchmarks/batched_cost.py MODEL.gguf [--backend torch] [--rounds 7] [--prompt 600] [--json OUT]
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ import json
 import statistics
 import sys
 import time
-
-from localspec.backends.llama_cpp.backend import LlamaCppBackend
 
 SHAPES = [(1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (1, 1), (2, 1), (3, 1), (4, 1), (5, 1), (2, 2), (3, 3)]
 
@@ -58,11 +57,19 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--prompt", type=int, default=600, help="tokens each slot holds before the windows")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--backend", choices=("llama.cpp", "torch"), default="llama.cpp")
     parser.add_argument("--json", dest="json_out")
     opts = parser.parse_args()
     from localspec.engine.fibers import Fibers
 
-    backend = LlamaCppBackend(opts.model, n_ctx=2 * 4096, n_threads=opts.threads)
+    if opts.backend == "torch":
+        from localspec.backends.torch.backend import TorchBackend
+
+        backend = TorchBackend(opts.model, n_ctx=2 * 2048, n_threads=opts.threads, steps="off")
+    else:
+        from localspec.backends.llama_cpp.backend import LlamaCppBackend
+
+        backend = LlamaCppBackend(opts.model, n_ctx=2 * 4096, n_threads=opts.threads)
     slots, flush = backend.slots(2)
     text = "def f(x):\n    return x * 2\n" * 200
     for i, slot in enumerate(slots):
@@ -77,6 +84,8 @@ def main() -> int:
     rows = [compare(ms, a, b) for a, b in SHAPES]
     result = {
         "model": backend.model_name,
+        "backend": backend.name,
+        "build": backend.build_id(),
         "threads": backend.n_threads,
         "prompt_tokens_per_slot": opts.prompt,
         "rounds": opts.rounds,

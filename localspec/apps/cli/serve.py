@@ -36,7 +36,7 @@ def add_parser(sub, common) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="answer N requests at once, their steps batched together; the context is split N ways (llama.cpp; "
+        help="answer N requests at once, their steps batched together; the context is split N ways (llama.cpp, torch; "
         "default 1: one at a time, with conversation states in RAM)",
     )
 

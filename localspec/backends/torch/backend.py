@@ -208,10 +208,19 @@ class TorchBackend(ModelBackend):
                 mask = torch.ones(n, start + n, dtype=torch.bool)
                 mask[:, start:] = torch.from_numpy(ancestors)
                 mask = mask.to(self.device)
-            ids = torch.tensor(list(tokens), dtype=torch.long, device=self.device)
-            out = self.model(ids, start, logits=logits, hidden_layers=hidden, positions=positions, mask=mask)
+            out = self._pass(tokens, start, logits, hidden, positions, mask)
         self._tokens.extend(int(t) for t in tokens)
         return out
+
+    def _pass(self, tokens: Sequence[int], start: int, logits: bool, hidden: Sequence[int], positions, mask):
+        """One forward of the model over ``tokens`` at ``start`` (a slot hands it to the batch: slots.py)."""
+        ids = _torch().tensor(list(tokens), dtype=_torch().long, device=self.device)
+        return self.model(ids, start, logits=logits, hidden_layers=hidden, positions=positions, mask=mask)
+
+    def slots(self, count: int):
+        from localspec.backends.torch.slots import open_slots  # noqa: PLC0415 - it builds on this class
+
+        return open_slots(self, count)
 
     def build_id(self) -> str:
         torch = _torch()

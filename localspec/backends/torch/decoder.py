@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -89,6 +90,18 @@ class Layer(nn.Module):
         self.down = nn.Linear(cfg.intermediate_size, h, bias=False)
 
 
+class Segment(NamedTuple):
+    """One sequence's rows in a pass: n tokens into cache slots start.., seeing the slots from lo on where the
+    mask [n, start + n - lo] allows, at the rotary angles cos, sin."""
+
+    n: int
+    start: int
+    lo: int
+    cos: torch.Tensor
+    sin: torch.Tensor
+    mask: torch.Tensor
+
+
 class Decoder(nn.Module):
     def __init__(self, cfg: DecoderConfig) -> None:
         super().__init__()
@@ -141,14 +154,26 @@ class Decoder(nn.Module):
     ) -> torch.Tensor:
         """Layer i's attention output (o projection applied) for normed inputs h in slots start..; keys and
         values go into the cache when there is one, else attention stays within h (training)."""
+        return self.attend_segments(i, layer, h, [Segment(h.shape[0], start, lo, cos, sin, mask)])
+
+    def attend_segments(self, i: int, layer: Layer, h: torch.Tensor, segments: Sequence[Segment]) -> torch.Tensor:
+        """``attend`` for rows of several sequences one after another (a packed pass, `serve --parallel`): the
+        projections run over all rows at once, each segment attends to its own slots of the cache."""
         cfg, n = self.cfg, h.shape[0]
-        q = rotate(layer.q_norm(layer.q(h).view(n, cfg.n_heads, cfg.head_dim)), cos, sin)
-        k, v = self.keys_values(layer, h, cos, sin)
-        if self.k_cache is not None:
-            end = start + n
-            self.k_cache[i, start:end], self.v_cache[i, start:end] = k, v
-            k, v = self.k_cache[i, lo:end], self.v_cache[i, lo:end]
-        return layer.o(self.attention(q, k, v, mask))
+        q = layer.q_norm(layer.q(h).view(n, cfg.n_heads, cfg.head_dim))
+        k = layer.k_norm(layer.k(h).view(n, cfg.n_kv_heads, cfg.head_dim))
+        v = layer.v(h).view(n, cfg.n_kv_heads, cfg.head_dim)
+        outs, at = [], 0
+        for seg in segments:
+            rows = slice(at, at + seg.n)
+            at += seg.n
+            qs, ks, vs = rotate(q[rows], seg.cos, seg.sin), rotate(k[rows], seg.cos, seg.sin), v[rows]
+            if self.k_cache is not None:
+                end = seg.start + seg.n
+                self.k_cache[i, seg.start : end], self.v_cache[i, seg.start : end] = ks, vs
+                ks, vs = self.k_cache[i, seg.lo : end], self.v_cache[i, seg.lo : end]
+            outs.append(self.attention(qs, ks, vs, seg.mask))
+        return layer.o(outs[0] if len(outs) == 1 else torch.cat(outs))
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Grouped-query attention of queries [n, heads, hd] over keys/values [m, kv heads, hd] where the
@@ -189,14 +214,30 @@ class Decoder(nn.Module):
         end = start + n
         if positions is None:
             positions = torch.arange(start, end, device=x.device)
-        cos, sin = self.rope(positions, x.dtype)
         if mask is None:
             mask = torch.ones(n, end - lo, dtype=torch.bool, device=x.device).tril(diagonal=start - lo)
+        cos, sin = self.rope(positions, x.dtype)
+        return self._layers_segments(x, [Segment(n, start, lo, cos, sin, mask)], hidden_layers)
+
+    @torch.inference_mode()
+    def forward_packed(self, tokens: torch.Tensor, segments: Sequence[tuple], logit_rows: torch.Tensor):
+        """Several sequences in one pass: ``tokens`` holds each segment's tokens one after another, a segment
+        (n, start, lo, positions, mask) says where its n tokens go in the cache, at which rotary positions,
+        and which slots (from ``lo``) they see. Logits [len(logit_rows), vocab] (float32) of the rows asked."""
+        x = self.embed(tokens)
+        parts = [
+            Segment(n, start, lo, *self.rope(positions, x.dtype), mask) for n, start, lo, positions, mask in segments
+        ]
+        x = self._layers_segments(x, parts, ())[0][logit_rows]
+        head = self.embed.weight if self.lm_head is None else self.lm_head.weight
+        return (x @ head.T).float()
+
+    def _layers_segments(self, x: torch.Tensor, segments: Sequence[Segment], hidden_layers: Sequence[int]):
         hidden = {}
         for i, layer in enumerate(self.layers):
             if i in hidden_layers:
                 hidden[i] = x
-            x = x + self.attend(i, layer, layer.attn_norm(x), cos, sin, start, lo, mask)
+            x = x + self.attend_segments(i, layer, layer.attn_norm(x), segments)
             x = x + self.mlp(layer, x)
         x = self.norm(x)
         if -1 in hidden_layers:

@@ -328,7 +328,7 @@ def _new_head(backend, config: TrainConfig):
         return DFlashTrainHead(backend.model, config.seed)
     if config.layout != "eagle3":
         raise ConfigError(f"the head layout must be one of {', '.join(LAYOUTS)}, not {config.layout!r}")
-    from localspec.drafters.eagle.torch_head import eagle3_layers
+    from localspec.drafters.eagle.checkpoint import eagle3_layers
     from localspec.train.eagle3 import Eagle3TrainHead
 
     return Eagle3TrainHead(backend.model, eagle3_layers({}, backend.model.cfg.n_layers), config.seed)

@@ -62,7 +62,7 @@ def convert_eagle(folder: Path, target: Path, out: Path, dtype: str = "f16") -> 
 
 def _checked_head(folder: Path, fields: dict, target_name: str):
     """(config, numpy state, layout) of an EAGLE-3 head that fits the target GGUF's fields."""
-    from localspec.drafters.eagle.torch_head import eagle_layout, load_eagle_state
+    from localspec.drafters.eagle.checkpoint import eagle_layout, load_eagle_state
 
     config, state = load_eagle_state(folder)
     arch = scalar(fields, "general.architecture")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.drafters.eagle.torch_head import eagle_layout, read_eagle_config
+from localspec.drafters.eagle.checkpoint import eagle_layout, read_eagle_config
 from localspec.drafters.heads.feature_drafter import TREE_SLOTS
 from localspec.errors import ConfigError, ModelError
 

@@ -110,6 +110,12 @@ def torch_batched_cost() -> str:
     )
 
 
+def torch_concurrency() -> str:
+    summary = load("bench-concurrency-torch-smollm2-135m-t0-2026-12-07.json")["summary"]
+    plain, suffix = ([f"{summary[n][m]['aggregate_tok_s']:.1f}" for n in ("1", "2", "4")] for m in ("none", "suffix"))
+    return f"aggregate {', '.join(plain[:2])} and {plain[2]} tok/s plain and {', '.join(suffix[:2])} and {suffix[2]}"
+
+
 FIGURES = [
     ("docs/exactness.md", "33-65 tokens cost 1.99-2.42x", exact_window_cost),
     ("docs/eagle.md", "1.37× and 1.14× plain", eagle_page_copies),
@@ -135,6 +141,7 @@ FIGURES = [
         "lone window of the same tokens (1+1: 102 against 100 ms, 3+1: 100 against 92, 3+3: 99 against 94",
         torch_batched_cost,
     ),
+    ("docs/serve.md", "aggregate 19.0, 21.5 and 37.5 tok/s plain and 29.6, 38.5 and 73.7", torch_concurrency),
 ]
 
 

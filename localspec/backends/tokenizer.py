@@ -56,14 +56,17 @@ class Tokenizer:
         """True for ids that only pad the vocabulary (never produced by the tokenizer)."""
         return False
 
-    def key(self) -> str:
-        """A fingerprint of the vocabulary: equal only for models whose tokens are the same."""
-        if getattr(self, "_key", None) is None:
-            h = hashlib.sha256(str(self.vocab_size).encode())
-            for token in range(self.vocab_size):
+    def key(self, width: int | None = None) -> str:
+        """A fingerprint of the vocabulary over ``width`` ids (a model's logits width, padding included; default
+        the vocabulary's size): equal only for models whose tokens are the same."""
+        width = self.vocab_size if width is None else width
+        keys = self.__dict__.setdefault("_keys", {})
+        if width not in keys:
+            h = hashlib.sha256(str(width).encode())
+            for token in range(width):
                 h.update(self.token_text(token).encode("utf-8", errors="replace") + b"\0")
-            self._key = h.hexdigest()
-        return self._key
+            keys[width] = h.hexdigest()
+        return keys[width]
 
     def detokenizer(self) -> StreamDetokenizer:
         return StreamDetokenizer(self.token_bytes)

@@ -48,7 +48,7 @@ def _first_difference(target: Backend, draft: Backend) -> tuple[str, int]:
     eog_d = {t for t in td.eog_tokens if t < shared}
     if eog_t != eog_d:
         return f"end-of-generation tokens {sorted(eog_d)} vs the target's {sorted(eog_t)}", 0
-    if tt.key() == td.key():
+    if tt.key(target.vocab_size) == td.key(draft.vocab_size):
         return "", shared
     for token in range(shared):
         a, b = tt.token_text(token), td.token_text(token)

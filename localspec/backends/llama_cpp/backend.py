@@ -571,6 +571,8 @@ class LlamaCppBackend(Backend):
         if self._batch is not None:
             self._lib.llama_batch_free(self._batch)
             self._batch = None
+        if getattr(self, "tokenizer", None) is not None:
+            self.tokenizer.detach()  # it reads the model freed here: later calls raise, not crash
         free(self)
 
     def __del__(self) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from localspec.backends.llama_cpp.capi import check_gguf, clear_log, free, load_failed, load_lib, meta_str
 from localspec.backends.tokenizer import Tokenizer
+from localspec.errors import ModelError
 from localspec.types import FimTokens
 
 _ATTR_UNDEFINED, _ATTR_UNUSED = 0, 2  # llama_token_attr flags
@@ -42,11 +43,20 @@ class LlamaVocab(Tokenizer):
         model = lib.llama_model_load_from_file(str(path).encode(), params)
         if not model:
             raise load_failed(path)
-        vocab = cls(lib, model, Path(path).name)
+        try:
+            vocab = cls(lib, model, Path(path).name)
+        except BaseException:
+            lib.llama_model_free(model)
+            raise
         vocab._owned = True
         return vocab
 
+    def _check_open(self) -> None:
+        if self._vocab is None:
+            raise ModelError("the model's vocabulary was closed with the model; load the model again")
+
     def tokenize(self, text: str, special: bool = False) -> list[int]:
+        self._check_open()
         data = text.encode("utf-8")
         size = len(data) + 8
         while True:
@@ -60,6 +70,7 @@ class LlamaVocab(Tokenizer):
         key = (token, special)
         piece = self._pieces.get(key)
         if piece is None:
+            self._check_open()
             buf = self._piece
             n = self._lib.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
             if n < 0:
@@ -75,17 +86,20 @@ class LlamaVocab(Tokenizer):
         return self._piece_bytes(token, True).decode("utf-8", errors="replace")
 
     def kind(self) -> str:
+        self._check_open()
         lib, model = self._lib, self._model
         return (
             f"{meta_str(lib, model, 'tokenizer.ggml.model') or ''}/{meta_str(lib, model, 'tokenizer.ggml.pre') or ''}"
         )
 
     def is_padding(self, token: int) -> bool:
+        self._check_open()
         attr = self._lib.llama_vocab_get_attr(self._vocab, token)
         return bool(attr & _ATTR_UNUSED) or (attr == _ATTR_UNDEFINED and self.token_text(token) == "")
 
     def fim_tokens(self) -> FimTokens | None:
         """From the model file (its ids, or the markers llama.cpp's vocabulary loader recognised by text)."""
+        self._check_open()
         lib, v = self._lib, self._vocab
         roles = {"pre": lib.llama_vocab_fim_pre, "suf": lib.llama_vocab_fim_suf, "mid": lib.llama_vocab_fim_mid,
                  "rep": lib.llama_vocab_fim_rep, "sep": lib.llama_vocab_fim_sep}  # fmt: skip
@@ -97,6 +111,7 @@ class LlamaVocab(Tokenizer):
         SentencePiece vocabularies, which a Python callback gets wrong by a leading space). Control tokens,
         and user-defined ones written like them (<...>), are marked special: never text a grammar allows."""
         if self._grammar is None:
+            self._check_open()
             import llguidance
 
             lib, special = self._lib, self._lib.LLAMA_TOKEN_ATTR_CONTROL
@@ -112,8 +127,15 @@ class LlamaVocab(Tokenizer):
         return self._grammar
 
     def close(self) -> None:
+        """Free the vocabulary-only model it loaded; a borrowed one is its backend's to free (which then calls
+        ``detach``)."""
         if self._owned:
             free(self)
+        self.detach()
+
+    def detach(self) -> None:
+        """The model is gone: every later call that needs it raises instead of reading freed memory."""
+        self._model = self._vocab = self._grammar = None
 
     def __del__(self) -> None:
         if getattr(self, "_owned", False):

@@ -31,6 +31,7 @@ class _Pending:
     logits: bool
     position: int  # the slot's own position of the first token
     out: tuple = field(default=(None, {}))
+    error: BaseException | None = None  # what the pass raised: raised again in this slot's request alone
 
 
 class Batcher:
@@ -49,13 +50,19 @@ class Batcher:
         else:
             self.pending.append(mine)
             fiber.parent.switch()  # the scheduler runs the batch and switches back here once it ran
+        if mine.error is not None:
+            raise mine.error
         return mine.out
 
     def flush(self) -> list[greenlet]:
         """Every waiting slot's tokens in one pass; the greenlets to resume."""
         batch, self.pending = self.pending, []
         if batch:
-            self._run(batch)
+            try:
+                self._run(batch)
+            except Exception as exc:  # noqa: BLE001 - each waiting request gets it (and ends), not the scheduler
+                for p in batch:
+                    p.error = exc
         return [p.fiber for p in batch if p.fiber.parent is not None]
 
     def _run(self, batch: list[_Pending]) -> None:
@@ -73,6 +80,8 @@ class Batcher:
             at += n
         ids = torch.tensor([int(t) for p in batch for t in p.tokens], dtype=torch.long, device=device)
         logits = owner.model.forward_packed(ids, segments, torch.tensor(rows, dtype=torch.long, device=device))
+        if device.type == "cuda":  # the pass's time, not its launch's: the slots' cost curves learn from it
+            torch.cuda.synchronize(device)
         seconds, total = time.perf_counter() - began, at
         self.passes += 1
         self.batched += len(batch) > 1

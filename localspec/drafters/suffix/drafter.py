@@ -64,7 +64,9 @@ def build(target, options: SuffixOptions, context) -> SuffixDrafter:
     store = None
     if target is not None and options.cache_tokens > 0:
         directory = Path(options.cache_dir) if options.cache_dir else None
-        store = AnswerStore.for_tokenizer(target.tokenizer.key(), options.cache_tokens, directory, options.persist)
+        store = AnswerStore.for_tokenizer(
+            target.tokenizer.key(target.vocab_size), options.cache_tokens, directory, options.persist
+        )
     return SuffixDrafter(options, store)
 
 

@@ -15,6 +15,7 @@ from localspec.drafters.suffix.drafter import SuffixDrafter, SuffixOptions
 from localspec.engine.calibrate import window_differences
 from localspec.engine.exact import DEFAULT_MARGIN
 from localspec.engine.loop import generate
+from localspec.errors import ModelError
 from localspec.models.registry import resolve_model
 from localspec.sampling import SamplingParams
 
@@ -322,3 +323,19 @@ def test_rows_handed_out_in_place_keep_their_values_after_the_next_decode(backen
     assert np.array_equal(window.argmax(), argmax)
     assert not np.array_equal(before[2], backend.forward([5]).rows.row(0))
     backend.truncate(0)
+
+
+def test_a_tokenizer_kept_after_its_model_is_closed_says_so_instead_of_reading_freed_memory(smollm2_path):
+    from localspec.backends.llama_cpp.vocab import LlamaVocab
+
+    backend = LlamaCppBackend(smollm2_path, n_ctx=256)
+    tokenizer = backend.tokenizer
+    assert tokenizer.tokenize("hello") and tokenizer.key(backend.vocab_size) == tokenizer.key()
+    backend.close()
+    with pytest.raises(ModelError, match="closed"):
+        tokenizer.tokenize("hello")
+    alone = LlamaVocab.load(smollm2_path)  # a vocabulary loaded without weights: the same tokens
+    assert alone.tokenize("hello world") == LlamaCppBackend(smollm2_path, n_ctx=256).tokenizer.tokenize("hello world")
+    alone.close()
+    with pytest.raises(ModelError, match="closed"):
+        alone.token_text(12345)

@@ -133,3 +133,31 @@ def test_serve_parallel_on_torch_answers_requests_at_once_as_one_at_a_time(tmp_p
     finally:
         running.stop()
         worker.stop()
+
+
+def test_a_pass_that_fails_ends_the_requests_in_it_and_the_scheduler_goes_on():
+    owner = tiny("llama-gqa")
+    slots, flush = owner.slots(2)
+    packed, failures = owner.model.forward_packed, iter([RuntimeError("out of memory")])
+
+    def once_broken(*args):
+        error = next(failures, None)
+        if error is not None:
+            raise error
+        return packed(*args)
+
+    owner.model.forward_packed = once_broken
+    fibers, done, errors = Fibers(flush), {}, {}
+
+    def run(i):
+        try:
+            done[i] = generate(slots[i], NoDrafter(), PROMPTS[i], GREEDY, max_tokens=8).tokens
+        except RuntimeError as exc:
+            errors[i] = str(exc)
+
+    for i in range(2):
+        fibers.start(run, i)
+    while fibers.live:
+        fibers.step()
+    assert errors == {0: "out of memory", 1: "out of memory"}  # both prompts were in the failed pass
+    assert len(generate(slots[0], NoDrafter(), PROMPTS[2], GREEDY, max_tokens=8).tokens) == 8  # and slots go on

@@ -103,20 +103,12 @@ class Batcher:
         self.decodes += 1
         slots = {id(p.slot) for p in group}
         self.batched += len(slots) > 1
-        plain = sum(1 if p.logits else len(p.tokens) for p in group)  # the batch were every window undrafted
         rows = sum(len(p.tokens) for p in group if p.logits)
         logits = owner._logits(rows) if ret == 0 and rows else None
-        total, seconds = sum(len(p.tokens) for p in group), time.perf_counter() - start
+        loads = BatchLoad.of_pass([(len(p.tokens), p.logits) for p in group], time.perf_counter() - start)
         at = 0
-        for p in group:  # a slot has one entry in a batch: its verdict is this decode's (a retry alone's last)
-            p.slot.ret, p.slot.rows = ret, None
-            # what the others put into this batch, their windows counted as their pending token alone: each slot
-            # prices its own draft against the others decoding plainly, so that no slot drafts because the
-            # others did (each seeing the others' windows as a big pass its drafts add little to, they all
-            # drafted ever wider at a few percent acceptance: 9 against 17 tok/s plain, 2 slots, measured)
-            # the pass as it was (its size and time teach the slot's cost curve: a pass of n tokens of several
-            # sequences costs what one sequence's window of n costs, benchmarks/batched_cost.py)
-            p.slot.load = BatchLoad(plain - (1 if p.logits else len(p.tokens)), len(slots) - 1, total, seconds)
+        for p, load in zip(group, loads, strict=True):  # a slot has one entry in a batch: this decode's verdict
+            p.slot.ret, p.slot.rows, p.slot.load = ret, None, load  # (a retry alone's last)
             if p.logits and logits is not None:
                 p.slot.rows = logits[at : at + len(p.tokens)].copy()  # the next decode overwrites the buffer
                 at += len(p.tokens)

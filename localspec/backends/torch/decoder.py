@@ -90,6 +90,11 @@ class Layer(nn.Module):
         self.down = nn.Linear(cfg.intermediate_size, h, bias=False)
 
 
+def causal_mask(n: int, start: int, lo: int, device) -> torch.Tensor:
+    """[n, start + n - lo]: row i (in slot start + i) sees the slots from lo up to its own."""
+    return torch.ones(n, start + n - lo, dtype=torch.bool, device=device).tril(diagonal=start - lo)
+
+
 class Segment(NamedTuple):
     """One sequence's rows in a pass: n tokens into cache slots start.., seeing the slots from lo on where the
     mask [n, start + n - lo] allows, at the rotary angles cos, sin."""
@@ -215,18 +220,19 @@ class Decoder(nn.Module):
         if positions is None:
             positions = torch.arange(start, end, device=x.device)
         if mask is None:
-            mask = torch.ones(n, end - lo, dtype=torch.bool, device=x.device).tril(diagonal=start - lo)
+            mask = causal_mask(n, start, lo, x.device)
         cos, sin = self.rope(positions, x.dtype)
         return self._layers_segments(x, [Segment(n, start, lo, cos, sin, mask)], hidden_layers)
 
     @torch.inference_mode()
     def forward_packed(self, tokens: torch.Tensor, segments: Sequence[tuple], logit_rows: torch.Tensor):
         """Several sequences in one pass: ``tokens`` holds each segment's tokens one after another, a segment
-        (n, start, lo, positions, mask) says where its n tokens go in the cache, at which rotary positions,
-        and which slots (from ``lo``) they see. Logits [len(logit_rows), vocab] (float32) of the rows asked."""
+        (n, start, lo, positions) says where its n tokens go in the cache, at which rotary positions, and that
+        they see the slots from ``lo`` on, causally. Logits [len(logit_rows), vocab] (float32) of the rows asked."""
         x = self.embed(tokens)
         parts = [
-            Segment(n, start, lo, *self.rope(positions, x.dtype), mask) for n, start, lo, positions, mask in segments
+            Segment(n, start, lo, *self.rope(positions, x.dtype), causal_mask(n, start, lo, x.device))
+            for n, start, lo, positions in segments
         ]
         x = self._layers_segments(x, parts, ())[0][logit_rows]
         head = self.embed.weight if self.lm_head is None else self.lm_head.weight

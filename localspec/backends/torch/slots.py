@@ -72,9 +72,7 @@ class Batcher:
         device, segments, rows, at = owner.device, [], [], 0
         for p in batch:
             n, pos, base = len(p.tokens), p.position, p.slot.base
-            positions = torch.arange(pos, pos + n, device=device)
-            mask = torch.ones(n, pos + n, dtype=torch.bool, device=device).tril(diagonal=pos)
-            segments.append((n, base + pos, base, positions, mask))
+            segments.append((n, base + pos, base, torch.arange(pos, pos + n, device=device)))
             if p.logits:
                 rows.extend(range(at, at + n))
             at += n
@@ -82,15 +80,12 @@ class Batcher:
         logits = owner.model.forward_packed(ids, segments, torch.tensor(rows, dtype=torch.long, device=device))
         if device.type == "cuda":  # the pass's time, not its launch's: the slots' cost curves learn from it
             torch.cuda.synchronize(device)
-        seconds, total = time.perf_counter() - began, at
+        loads = BatchLoad.of_pass([(len(p.tokens), p.logits) for p in batch], time.perf_counter() - began)
         self.passes += 1
         self.batched += len(batch) > 1
-        plain = sum(1 if p.logits else len(p.tokens) for p in batch)  # the pass were every window undrafted
         taken = 0
-        for p in batch:
-            # what the others put into this pass, their windows counted as their pending token alone (as on
-            # llama.cpp, backends/llama_cpp/slots.py: no slot drafts because the others did)
-            p.slot.load = BatchLoad(plain - (1 if p.logits else len(p.tokens)), len(batch) - 1, total, seconds)
+        for p, load in zip(batch, loads, strict=True):
+            p.slot.load = load
             if p.logits:
                 p.out = (logits[taken : taken + len(p.tokens)], {})
                 taken += len(p.tokens)

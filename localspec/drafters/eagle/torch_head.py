@@ -81,6 +81,8 @@ class Eagle3Head(EagleHead):
     def step(self, tokens, hidden, start, positions=None, mask=None):
         import torch
 
+        from localspec.backends.torch.decoder import causal_mask
+
         dec = self.decoder
         layer = dec.layers[0]
         with torch.inference_mode():
@@ -89,7 +91,7 @@ class Eagle3Head(EagleHead):
             if positions is None:
                 positions = torch.arange(start, start + n, device=self.device)
             if mask is None:
-                mask = torch.ones(n, start + n - self.lo, dtype=torch.bool, device=self.device).tril(start - self.lo)
+                mask = causal_mask(n, start, self.lo, self.device)
             cos, sin = dec.rope(positions, self.dtype)
             x = torch.cat([self.input_norm(dec.embed(self._ids(tokens))), self.hidden_norm(hidden)], dim=-1)
             out = hidden + dec.attend(0, layer, x, cos, sin, start, self.lo, mask)

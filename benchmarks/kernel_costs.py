@@ -13,8 +13,11 @@ Each window of n tokens is timed on the same cached context (the prompt), then c
 is timed whole. A typical turn (a PROMPT-token prompt prefilled, ANSWER tokens decoded) is then worked out per
 layout: plain decoding, and speculation whose tokens are each accepted with probability a (the best window for
 that curve, the geometric model). The layout that wins every one of these turns is the verdict for that
-quantization; `--table` writes the verdicts for this CPU kind into the table localspec loads weights by
-(localspec/backends/llama_cpp/layout.json).
+quantization. A second verdict is the prompt's: where unrepacked weights prefill the prompt in under PREFILL_WIN
+of the repacked time, localspec prefills long prompts on an unrepacked second load of the file and decodes on the
+repacked one (localspec/backends/llama_cpp/unrepacked_prefill.py). `--table` writes both verdicts for this CPU
+kind into the table localspec loads weights by (localspec/backends/llama_cpp/layout.json), keeping the rows of
+quantizations it did not time.
 
     python benchmarks/kernel_costs.py MODEL.gguf [--quants Q4_K_M,Q4_0,Q8_0] [--rounds 5] [--json OUT] [--table]
 """
@@ -42,6 +45,7 @@ from localspec.engine.calibrate import window_differences  # noqa: E402
 WINDOWS = "1,2,3,4,5,8,9,12,16,17,24,32,33,48,64,65"
 ANSWER = 400  # tokens decoded in the typical turn
 ACCEPTANCE = (0.0, 0.7, 0.9)  # per-token acceptance of the typical turn's drafts (0: plain decoding)
+PREFILL_WIN = 0.9  # unrepacked prefill is worth a second load of the file below this share of the repacked time
 
 
 def prompt_tokens(backend: LlamaCppBackend, tokens: int) -> list[int]:
@@ -101,6 +105,7 @@ def measure(path: Path, windows: list[int], rounds: int, prompt_len: int, ctx: i
         "prefill_ms": prefill_ms,
         "turn_ms": turns,
         "verdict": "unrepacked" if wins else "repacked",
+        "prefill_verdict": "unrepacked" if prefill_ms["unrepacked"] < PREFILL_WIN * prefill_ms["repacked"] else "repacked",
         "unrepacked_over_repacked": {
             str(w): round(window_ms["unrepacked"][str(w)] / window_ms["repacked"][str(w)], 3) for w in windows
         },
@@ -142,7 +147,8 @@ def main(argv=None) -> int:
         "answer_tokens": ANSWER,
         "notes": "window_ms: median ms of one forward of n tokens on a cached context of prompt_tokens; prefill_ms: "
         "the whole prompt; turn_ms: prefill + answer_tokens decoded at the best window for per-token acceptance a "
-        "(a=0.0: plain decoding); verdict: the layout that wins every turn; files other than the model's own "
+        "(a=0.0: plain decoding); verdict: the layout that wins every turn; prefill_verdict: the layout that "
+        "prefills the prompt in under PREFILL_WIN of the other's time (else repacked); files other than the model's own "
         "quantization were requantized from it (speed only)",
         "quants": {},
     }
@@ -163,10 +169,16 @@ def main(argv=None) -> int:
     if args.table:
         table = json.loads(TABLE.read_text()) if TABLE.is_file() else {}
         table.setdefault("notes", "the weight layout llama.cpp loads by default, per CPU kind and quantization")
-        table.setdefault("layout", {})[result["cpu_kind"]] = {
-            q: {"layout": r["verdict"], "turn_ms": r["turn_ms"], "measured": result["date"], "model": result["model"]}
-            for q, r in result["quants"].items()
-        }
+        rows = table.setdefault("layout", {}).setdefault(result["cpu_kind"], {})
+        for q, r in result["quants"].items():
+            rows[q] = {
+                "layout": r["verdict"],
+                "turn_ms": r["turn_ms"],
+                "prefill": r["prefill_verdict"],
+                "prefill_ms": r["prefill_ms"],
+                "measured": result["date"],
+                "model": result["model"],
+            }
         TABLE.write_text(json.dumps(table, indent=1) + "\n")
     return 0
 

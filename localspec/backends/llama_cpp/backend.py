@@ -43,7 +43,11 @@ from localspec.backends.llama_cpp.capi import (
 )
 from localspec.backends.llama_cpp.checkpoint import StateCheckpoint
 from localspec.backends.llama_cpp.exact import cpu_reference_mode
-from localspec.backends.llama_cpp.layout import repack
+from localspec.backends.llama_cpp.layout import prefill_unrepacked, repack
+from localspec.backends.llama_cpp.unrepacked_prefill import MAX_CTX as PREFILL_MAX_CTX
+from localspec.backends.llama_cpp.unrepacked_prefill import MIN_CTX as PREFILL_MIN_CTX
+from localspec.backends.llama_cpp.unrepacked_prefill import SHARE as PREFILL_SHARE
+from localspec.backends.llama_cpp.unrepacked_prefill import UnrepackedPrefill
 from localspec.backends.llama_cpp.vocab import LlamaVocab
 from localspec.cpus import available_memory, default_threads
 from localspec.errors import ConfigError, ContextOverflow, ModelError
@@ -78,14 +82,18 @@ class LlamaCppBackend(Backend):
         extra_buffers: bool | None = None,
         on_load: Callable[[float], None] | None = None,
         batch_invariant: bool = False,
+        unrepacked_prefill: bool | None = None,
     ) -> None:
         """batch_invariant: weights stay unrepacked, so that
         ``set_batch_invariant(True)`` can make verify windows compute as 1-token steps
-        (localspec/backends/llama_cpp/exact.py); the capability is reported where this build allows it."""
+        (localspec/backends/llama_cpp/exact.py); the capability is reported where this build allows it.
+        unrepacked_prefill: long prompts prefilled on a second, unrepacked load of the file
+        (unrepacked_prefill.py); None: where layout.json says it pays on this CPU for the weights as loaded."""
         super().__init__()
         self.path = check_gguf(path)
         lib = self._lib = load_lib()
         self._model = self._ctx = self._batch = self._reference = self._checkpoint = self._turn_point = None
+        self._side_prefill: UnrepackedPrefill | None = None
         self._decoded_from = 0  # the cache length before the last decode call (recurrent rollback)
         self._invariant = False
         self._held: LiveRows | None = None  # logits handed out in place (forward), until the next decode
@@ -121,8 +129,9 @@ class LlamaCppBackend(Backend):
         self._mem = lib.llama_get_memory(self._ctx)
         self.n_layers, self.hidden_size = lib.llama_model_n_layer(self._model), lib.llama_model_n_embd(self._model)
         offload = gpu_placement(self._gpu_layers, self.n_layers)
+        prefill_note = self._open_side_prefill(unrepacked_prefill, threads)
         self.info = ModelInfo(
-            placement=" · ".join(filter(None, (offload, self.layout_note))),
+            placement=" · ".join(filter(None, (offload, self.layout_note, prefill_note))),
             train_ctx=train_ctx,
             n_params=int(lib.llama_model_n_params(self._model)),
             size_bytes=int(lib.llama_model_size(self._model)),
@@ -162,6 +171,22 @@ class LlamaCppBackend(Backend):
                 f"{last_error()}; try a smaller --ctx"
             )
         return ctx
+
+    def _open_side_prefill(self, wanted: bool | None, threads: int) -> str:
+        """Load the file again, unrepacked, to prefill long prompts (unrepacked_prefill.py) where ``wanted``
+        (None: where layout.json says it pays for repacked weights on this CPU) and its cache fits in SHARE of the
+        memory available; what the load report says of it."""
+        if wanted is None:
+            wanted = self._repack and not self._gpu_layers and prefill_unrepacked(self._quant())
+        if not wanted or self.recurrent or self._gpu_layers:
+            return ""
+        available, per_token = available_memory(), self.kv_bytes_per_token()
+        fits = int(PREFILL_SHARE * available // per_token) if available and per_token > 0 else self.n_ctx
+        n_ctx = min(self.n_ctx, PREFILL_MAX_CTX, fits // 256 * 256)
+        if n_ctx < PREFILL_MIN_CTX and n_ctx < self.n_ctx:
+            return ""
+        self._side_prefill = UnrepackedPrefill(self._lib, self.path, n_ctx, self.n_batch, threads)
+        return f"prompts prefilled on unrepacked weights (up to {n_ctx} tokens)"
 
     def _setup_rollback(self, threads: int) -> int:
         """How a recurrent state is cut back: snapshots (as many as fit, see _fit_snapshots), else a state
@@ -354,6 +379,16 @@ class LlamaCppBackend(Backend):
         return self._prefill(tokens, progress, features=True)
 
     def _prefill(self, tokens: Sequence[int], progress: Progress, features: bool):
+        side = self._side_prefill
+        if side is not None and not features and side.takes(self._tokens, tokens):
+            cached = list(self._tokens)
+            try:
+                self.load_state(cached + [int(t) for t in tokens], side.prefill(self._ctx, cached, tokens, progress))
+                return None
+            except ModelError:  # llama.cpp refused: this prompt is prefilled here, and so are the next ones
+                self._side_prefill = None
+                side.close()
+                tokens = cached[len(self._tokens) :] + list(tokens)
         done, rows = 0, []
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
@@ -568,6 +603,9 @@ class LlamaCppBackend(Backend):
 
     def close(self) -> None:
         self._let_go_of_rows()  # rows still held outlive the context: they keep a copy
+        if self._side_prefill is not None:
+            self._side_prefill.close()
+            self._side_prefill = None
         if self._batch is not None:
             self._lib.llama_batch_free(self._batch)
             self._batch = None

@@ -51,3 +51,11 @@ def repack(quant: str | None, exact: bool, kind: str | None = None, table: dict 
     if isinstance(row, dict) and row.get("layout") == "unrepacked":
         return False, f"weights unrepacked: faster for {quant} on {kind} CPUs (benchmarks/kernel_costs.py)"
     return True, ""
+
+
+def prefill_unrepacked(quant: str | None, kind: str | None = None, table: dict | None = None) -> bool:
+    """Whether prompts of ``quant`` prefill faster on unrepacked weights on this CPU kind (its row's ``prefill``
+    verdict; unrepacked_prefill.py), where the weights are repacked for decoding."""
+    table = _table() if table is None else table
+    row = table.get(kind or cpu_kind(), {}).get(quant or "", {})
+    return isinstance(row, dict) and row.get("prefill") == "unrepacked"

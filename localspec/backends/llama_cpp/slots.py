@@ -137,6 +137,7 @@ class Slot:
         self._owner, self._batcher = owner, batcher
         self._tokens, self._held, self._tree, self._branches = [], None, None, 0
         self._checkpoint = self._turn_point = None
+        self._side_prefill = None  # a slot's prompt shares the batches of the others' windows (the owner keeps it)
         self.rows: np.ndarray | None = None  # this slot's rows of the last batch
         self.ret = 0
         self.load = BatchLoad()  # what this slot's last batch held beside it

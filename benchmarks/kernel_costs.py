@@ -105,7 +105,9 @@ def measure(path: Path, windows: list[int], rounds: int, prompt_len: int, ctx: i
         "prefill_ms": prefill_ms,
         "turn_ms": turns,
         "verdict": "unrepacked" if wins else "repacked",
-        "prefill_verdict": "unrepacked" if prefill_ms["unrepacked"] < PREFILL_WIN * prefill_ms["repacked"] else "repacked",
+        "prefill_verdict": "unrepacked"
+        if prefill_ms["unrepacked"] < PREFILL_WIN * prefill_ms["repacked"]
+        else "repacked",
         "unrepacked_over_repacked": {
             str(w): round(window_ms["unrepacked"][str(w)] / window_ms["repacked"][str(w)], 3) for w in windows
         },
@@ -148,8 +150,8 @@ def main(argv=None) -> int:
         "notes": "window_ms: median ms of one forward of n tokens on a cached context of prompt_tokens; prefill_ms: "
         "the whole prompt; turn_ms: prefill + answer_tokens decoded at the best window for per-token acceptance a "
         "(a=0.0: plain decoding); verdict: the layout that wins every turn; prefill_verdict: the layout that "
-        "prefills the prompt in under PREFILL_WIN of the other's time (else repacked); files other than the model's own "
-        "quantization were requantized from it (speed only)",
+        "prefills the prompt in under PREFILL_WIN of the other's time (else repacked); files other than the "
+        "model's own quantization were requantized from it (speed only)",
         "quants": {},
     }
     with tempfile.TemporaryDirectory(prefix="kernel-costs-") as tmp:

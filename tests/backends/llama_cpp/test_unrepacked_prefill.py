@@ -24,7 +24,10 @@ TEXT = (
 
 def open_pair(path, n_ctx=1024):
     kwargs = {"n_ctx": n_ctx, "n_threads": 2, "extra_buffers": False}
-    return LlamaCppBackend(path, unrepacked_prefill=True, **kwargs), LlamaCppBackend(path, unrepacked_prefill=False, **kwargs)
+    return (
+        LlamaCppBackend(path, unrepacked_prefill=True, **kwargs),
+        LlamaCppBackend(path, unrepacked_prefill=False, **kwargs),
+    )
 
 
 @pytest.fixture(scope="module")

@@ -188,6 +188,12 @@ class LlamaCppBackend(Backend):
         self._side_prefill = UnrepackedPrefill(self._lib, self.path, n_ctx, self.n_batch, threads)
         return f"prompts prefilled on unrepacked weights (up to {n_ctx} tokens)"
 
+    def close_side_prefill(self) -> None:
+        """Prefill every prompt in the main context from now on (the second context's memory is freed)."""
+        side, self._side_prefill = self._side_prefill, None
+        if side is not None:
+            side.close()
+
     def _setup_rollback(self, threads: int) -> int:
         """How a recurrent state is cut back: snapshots (as many as fit, see _fit_snapshots), else a state
         saved before each verify window; neither: no speculation. The bytes the snapshots take."""
@@ -386,8 +392,7 @@ class LlamaCppBackend(Backend):
                 self.load_state(cached + [int(t) for t in tokens], side.prefill(self._ctx, cached, tokens, progress))
                 return None
             except ModelError:  # llama.cpp refused: this prompt is prefilled here, and so are the next ones
-                self._side_prefill = None
-                side.close()
+                self.close_side_prefill()
                 tokens = cached[len(self._tokens) :] + list(tokens)
         done, rows = 0, []
         for start in range(0, len(tokens), self.n_batch):
@@ -603,9 +608,7 @@ class LlamaCppBackend(Backend):
 
     def close(self) -> None:
         self._let_go_of_rows()  # rows still held outlive the context: they keep a copy
-        if self._side_prefill is not None:
-            self._side_prefill.close()
-            self._side_prefill = None
+        self.close_side_prefill()
         if self._batch is not None:
             self._lib.llama_batch_free(self._batch)
             self._batch = None

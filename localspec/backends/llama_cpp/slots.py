@@ -137,7 +137,6 @@ class Slot:
         self._owner, self._batcher = owner, batcher
         self._tokens, self._held, self._tree, self._branches = [], None, None, 0
         self._checkpoint = self._turn_point = None
-        self._side_prefill = None  # a slot's prompt shares the batches of the others' windows (the owner keeps it)
         self.rows: np.ndarray | None = None  # this slot's rows of the last batch
         self.ret = 0
         self.load = BatchLoad()  # what this slot's last batch held beside it
@@ -198,5 +197,6 @@ def open_slots(owner, count: int) -> tuple[list[Slot], Callable[[], list[greenle
         raise ConfigError(f"--ctx {owner.n_ctx} split {count} ways leaves too little for each; raise --ctx")
     batcher = Batcher(owner)
     owner.truncate(0)  # the owner's own sequence 0 is slot 0's now
+    owner.close_side_prefill()  # the slots' prompts share the batches of the others' windows instead
     kind = _CLASSES.setdefault(type(owner), type("LlamaSlot", (Slot, type(owner)), {}))
     return [kind(owner, i, count, batcher) for i in range(count)], batcher.flush

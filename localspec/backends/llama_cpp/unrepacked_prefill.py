@@ -25,6 +25,11 @@ from localspec.errors import ModelError
 from localspec.types import common_prefix
 
 MIN_TOKENS = 32  # a shorter run of prompt tokens is prefilled in the main context (the copies would cost more)
+# ...as is one shorter than 1/COPY_RATIO of the context it ends: the whole sequence's cache is copied back (and first
+# over, where the second context lacks some of it: 0.1 s for 8,000 tokens of a 1.5B model), while what the
+# unrepacked layout saves shrinks as attention over a long context takes over (2-core EPYC: 4,096 prompt tokens
+# 24 s against 32-37 s, but 400 tokens after 8,000 cached 5.5-6.5 s against 5.9-6.6 s)
+COPY_RATIO = 10
 SHARE = 0.15  # the second context's cache takes at most this share of the memory available at load
 MIN_CTX = 1024  # ...and is made only where at least this many tokens fit
 MAX_CTX = 16384  # ...and holds at most this many (a bigger one took 2-3 s more to load, at 32768, on a 2-core EPYC)
@@ -56,7 +61,8 @@ class UnrepackedPrefill:
 
     def takes(self, cached: Sequence[int], tokens: Sequence[int]) -> bool:
         """Whether prefilling ``tokens`` after ``cached`` pays here (and fits)."""
-        return self._ctx is not None and len(tokens) >= MIN_TOKENS and len(cached) + len(tokens) <= self.n_ctx
+        total = len(cached) + len(tokens)
+        return self._ctx is not None and len(tokens) >= max(MIN_TOKENS, total / COPY_RATIO) and total <= self.n_ctx
 
     def prefill(self, main_ctx, cached: Sequence[int], tokens: Sequence[int], progress=None):
         """Prefill ``tokens`` after ``cached`` (what the main context ``main_ctx`` holds in sequence 0); the

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from localspec.backends.llama_cpp.backend import LlamaCppBackend
-from localspec.backends.llama_cpp.unrepacked_prefill import MIN_TOKENS
+from localspec.backends.llama_cpp.unrepacked_prefill import COPY_RATIO, MIN_TOKENS, UnrepackedPrefill
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.suffix.drafter import SuffixDrafter, SuffixOptions
 from localspec.engine.loop import generate
@@ -133,3 +133,14 @@ def test_slots_prefill_in_the_shared_batches(smollm2_path):
         slots, _run = side.slots(2)
         assert side._side_prefill is None and helper._ctx is None  # freed: the slots never use it
         assert all(s._side_prefill is None for s in slots)
+
+
+def test_a_run_of_prompt_tokens_must_pay_for_the_copies_and_fit():
+    """The whole cache is copied back after each prefill there: a run short against its context stays here."""
+    helper = UnrepackedPrefill.__new__(UnrepackedPrefill)
+    helper._ctx, helper.n_ctx = object(), 20_000
+    assert helper.takes([], [1] * MIN_TOKENS) and not helper.takes([], [1] * (MIN_TOKENS - 1))
+    least = 9_000 // (COPY_RATIO - 1) + 1  # after 9,000 cached tokens, the fewest new ones that pay for the copies
+    assert helper.takes([1] * 9_000, [1] * least)
+    assert not helper.takes([1] * 9_000, [1] * (least - 2))
+    assert not helper.takes([1] * 19_900, [1] * 200)  # past its context

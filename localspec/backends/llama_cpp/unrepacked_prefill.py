@@ -3,11 +3,12 @@
 llama.cpp repacks Q4_K weights at load for its fastest 1-token kernels, and on some CPUs those repacked kernels
 prefill a prompt far slower than the kernels that read the file's own layout: on a 2-core AVX-512 EPYC,
 Qwen2.5-Coder-1.5B Q4_K_M prefilled 600 tokens in 5.7 s repacked and 3.1 s as in the file, while one decode step
-took 43 ms repacked and 54 ms as in the file (benchmarks/kernel_costs.py, 2026-12-07). Where localspec/backends/llama_cpp/
-layout.json says unrepacked prefill wins for this CPU kind and quantization, the backend loads the file a second
-time, unrepacked and memory-mapped (its weights are the file's own pages, not a copy), with a context of its
-own. A run of prompt tokens long enough to pay for the copies (``takes``) is prefilled there, and the sequence's cache (its keys and
-values: about 10 ms for 500 tokens of a 1.5B model) is then copied into the main context, which decodes on.
+took 43 ms repacked and 54 ms as in the file (benchmarks/kernel_costs.py, 2026-12-07). Where
+localspec/backends/llama_cpp/layout.json says unrepacked prefill wins for this CPU kind and quantization, the
+backend loads the file a second time, unrepacked and memory-mapped (its weights are the file's own pages, not a
+copy), with a context of its own. A run of prompt tokens long enough to pay for the copies (``takes``) is
+prefilled there, and the sequence's cache (its keys and values: about 10 ms for 500 tokens of a 1.5B model) is
+then copied into the main context, which decodes on.
 
 The second context mirrors the main one's cache: what it already holds of it is kept, anything else is copied
 over from the main context first (an agent's long prompt grows by a few hundred tokens a round). The two

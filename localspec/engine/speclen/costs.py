@@ -44,6 +44,7 @@ class CostModel:
         self._overhead: float | None = None  # per-step seconds outside draft and verify
         self._loaded = 0  # window sizes whose cost came from an earlier session
         self._unconfirmed: set[int] = set()  # loaded sizes not timed in this session yet
+        self._as_loaded: dict[int, float] = {}  # their seconds as loaded (what is saved of them: see to_dict)
         self._rescale_pending = False  # the first timing of a loaded size is still to rescale the others
         self.line = DraftLine()  # the current drafter's cost of drafting
         # a tree of n tokens over a chain of n: llama.cpp verifies a tree as several sequences and decodes an
@@ -221,16 +222,20 @@ class CostModel:
 
     # -- the measured curve across sessions -----------------------------------------------------------
     def to_dict(self) -> dict:
-        """What to persist: seconds and measurement count per window size."""
+        """What to persist: seconds and measurement count per window size. A loaded size this session did not
+        time is saved as it was loaded, not as the session's rescaling believed it: saved scaled, loaded and
+        scaled down again by the next session's first timing, sizes a machine rarely verifies drifted lower
+        session after session (a cost file on a 2-core EPYC held 226 ms for 65 positions, which take 780)."""
+        verify = {n: self._as_loaded[n] if n in self._unconfirmed else s for n, s in self._verify.items()}
         return {
-            "verify_s": {str(n): s for n, s in sorted(self._verify.items())},
+            "verify_s": {str(n): s for n, s in sorted(verify.items())},
             "count": {str(n): self._verify_n[n] for n in sorted(self._verify)},
         }
 
     def swap(self, saved: dict) -> None:
         """Plan on another verify-cost curve (``saved``, possibly empty) from now on: the kernels changed."""
         self._verify, self._verify_n, self._curve, self._loaded = {}, {}, None, 0
-        self._unconfirmed, self._rescale_pending = set(), False
+        self._unconfirmed, self._rescale_pending, self._as_loaded = set(), False, {}
         self.load(saved)
 
     def load(self, saved: dict) -> None:
@@ -245,6 +250,7 @@ class CostModel:
                 if rate is not None:  # a curve saved with a stray slow timing in it would keep pricing that size out
                     seconds = min(seconds, SPIKE * rate * n)
                 self._verify[n], self._verify_n[n] = float(seconds), MEASURED - 1
+                self._as_loaded[n] = float(seconds)
                 self._unconfirmed.add(n)
                 self._rescale_pending = True
                 self._loaded += 1

@@ -172,7 +172,7 @@ def test_four_conversations_taking_turns_prefill_only_their_new_tokens(smollm):
 
 
 @pytest.mark.model
-def test_eight_clients_of_three_requests_each_get_a_fresh_servers_answers(smollm):
+def test_six_clients_of_two_requests_each_get_a_fresh_servers_answers(smollm):
     def question(client: int, turn: int) -> list[dict]:
         return [{"role": "user", "content": f"Client {client}, question {turn}: name a fruit and a number."}]
 
@@ -180,15 +180,15 @@ def test_eight_clients_of_three_requests_each_get_a_fresh_servers_answers(smollm
 
     def client_loop(i: int) -> None:
         client = smollm.client()
-        for turn in range(3):
+        for turn in range(2):
             answers[i, turn] = ask(client, messages=question(i, turn), max_tokens=12).choices[0].message.content
 
-    threads = [threading.Thread(target=client_loop, args=(i,)) for i in range(8)]
+    threads = [threading.Thread(target=client_loop, args=(i,)) for i in range(6)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=300)
-    assert sorted(answers) == [(i, turn) for i in range(8) for turn in range(3)]  # all answered, none lost
+    assert sorted(answers) == [(i, turn) for i in range(6) for turn in range(2)]  # all answered, none lost
     with Session.open(smollm.settings) as fresh:  # nothing cached: each prompt prefilled from the start
         for (i, turn), text in answers.items():
             fresh.backend.truncate(0)

@@ -107,7 +107,7 @@ def test_parity_with_llama_cpp_on_smollm2():
     for text in PROMPTS:
         conv = Conversation()
         conv.add("user", text)
-        prompt = conv.prompt_tokens(lb, reserve=48)
+        prompt = conv.prompt_tokens(lb, reserve=32)
         assert tb.tokenizer.tokenize(text) == lb.tokenizer.tokenize(text)
         tb.truncate(0)
         lb.truncate(0)
@@ -116,8 +116,8 @@ def test_parity_with_llama_cpp_on_smollm2():
         assert (a.argmax(1) == b.argmax(1)).mean() > 0.85
         lb.truncate(0)
         tb.truncate(0)
-        x = generate(lb, NoDrafter(), prompt, GREEDY, max_tokens=48).tokens
-        y = generate(tb, NoDrafter(), prompt, GREEDY, max_tokens=48).tokens
+        x = generate(lb, NoDrafter(), prompt, GREEDY, max_tokens=32).tokens
+        y = generate(tb, NoDrafter(), prompt, GREEDY, max_tokens=32).tokens
         if x == y:
             identical += 1
             continue

@@ -185,7 +185,10 @@ class LlamaCppBackend(Backend):
         n_ctx = min(self.n_ctx, PREFILL_MAX_CTX, fits // 256 * 256)
         if n_ctx < PREFILL_MIN_CTX and n_ctx < self.n_ctx:
             return ""
-        self._side_prefill = UnrepackedPrefill(self._lib, self.path, n_ctx, self.n_batch, threads)
+        try:
+            self._side_prefill = UnrepackedPrefill(self._lib, self.path, n_ctx, self.n_batch, threads)
+        except ModelError:  # a second load that fails (memory) costs the faster prefill, not the model
+            return ""
         return f"prompts prefilled on unrepacked weights (up to {n_ctx} tokens)"
 
     def close_side_prefill(self) -> None:

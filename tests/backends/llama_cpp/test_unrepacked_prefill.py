@@ -144,3 +144,16 @@ def test_a_run_of_prompt_tokens_must_pay_for_the_copies_and_fit():
     assert helper.takes([1] * 9_000, [1] * least)
     assert not helper.takes([1] * 9_000, [1] * (least - 2))
     assert not helper.takes([1] * 19_900, [1] * 200)  # past its context
+
+
+def test_a_second_load_that_fails_leaves_the_model_loaded_prefilling_here(smollm2_path, monkeypatch):
+    from localspec.backends.llama_cpp import backend as module
+
+    def fail(*args, **kwargs):
+        raise ModelError("out of memory")
+
+    monkeypatch.setattr(module, "UnrepackedPrefill", fail)
+    with LlamaCppBackend(smollm2_path, n_ctx=512, n_threads=2, unrepacked_prefill=True) as b:
+        assert b._side_prefill is None and "prefilled" not in b.info.placement
+        prompt = chat(b, [{"role": "user", "content": TEXT}])
+        assert len(generate(b, NoDrafter(), prompt, GREEDY, max_tokens=4).tokens) == 4

@@ -29,6 +29,7 @@ from localspec.backends.llama_cpp.capi import (
     avoid_amx_buffers,
     check_gguf,
     clear_log,
+    context_params,
     fill_batch,
     free,
     gpu_layers,
@@ -44,10 +45,7 @@ from localspec.backends.llama_cpp.capi import (
 from localspec.backends.llama_cpp.checkpoint import StateCheckpoint
 from localspec.backends.llama_cpp.exact import cpu_reference_mode
 from localspec.backends.llama_cpp.layout import prefill_unrepacked, repack
-from localspec.backends.llama_cpp.unrepacked_prefill import MAX_CTX as PREFILL_MAX_CTX
-from localspec.backends.llama_cpp.unrepacked_prefill import MIN_CTX as PREFILL_MIN_CTX
-from localspec.backends.llama_cpp.unrepacked_prefill import SHARE as PREFILL_SHARE
-from localspec.backends.llama_cpp.unrepacked_prefill import UnrepackedPrefill
+from localspec.backends.llama_cpp.unrepacked_prefill import UnrepackedPrefill, prefill_ctx
 from localspec.backends.llama_cpp.vocab import LlamaVocab
 from localspec.cpus import available_memory, default_threads
 from localspec.errors import ConfigError, ContextOverflow, ModelError
@@ -153,17 +151,12 @@ class LlamaCppBackend(Backend):
     def _new_context(self, threads: int, snapshots: int | None = None):
         lib = self._lib
         snapshots = RS_SNAPSHOTS if snapshots is None else snapshots
-        cparams = lib.llama_context_default_params()
-        cparams.n_ctx = self.n_ctx
-        cparams.n_batch = cparams.n_ubatch = self.n_batch
         # llama.cpp reserves its graphs for a batch of one token per sequence: no more sequences than a batch;
         # a recurrent model keeps a state per sequence (and verifies no trees): one
         self.max_branches = 0 if self.recurrent else min(MAX_BRANCHES, self.n_batch - 1)
-        cparams.n_seq_max = self.max_branches + 1
+        cparams = context_params(lib, self.n_ctx, self.n_batch, self.max_branches + 1, threads)
         cparams.kv_unified = True  # one cache that every sequence's cells share (tree verification)
         cparams.n_rs_seq = snapshots if self.recurrent else 0  # clamped to 0 where the arch has none
-        cparams.n_threads = cparams.n_threads_batch = threads
-        cparams.no_perf = True
         ctx = lib.llama_init_from_model(self._model, cparams)
         if not ctx:
             raise ModelError(
@@ -174,16 +167,14 @@ class LlamaCppBackend(Backend):
 
     def _open_side_prefill(self, wanted: bool | None, threads: int) -> str:
         """Load the file again, unrepacked, to prefill long prompts (unrepacked_prefill.py) where ``wanted``
-        (None: where layout.json says it pays for repacked weights on this CPU) and its cache fits in SHARE of the
-        memory available; what the load report says of it."""
+        (None: where layout.json says it pays for repacked weights on this CPU) and its cache fits (prefill_ctx);
+        what the load report says of it."""
         if wanted is None:
             wanted = self._repack and not self._gpu_layers and prefill_unrepacked(self._quant())
         if not wanted or self.recurrent or self._gpu_layers:
             return ""
-        available, per_token = available_memory(), self.kv_bytes_per_token()
-        fits = int(PREFILL_SHARE * available // per_token) if available and per_token > 0 else self.n_ctx
-        n_ctx = min(self.n_ctx, PREFILL_MAX_CTX, fits // 256 * 256)
-        if n_ctx < PREFILL_MIN_CTX and n_ctx < self.n_ctx:
+        n_ctx = prefill_ctx(self.n_ctx, self.kv_bytes_per_token(), available_memory())
+        if not n_ctx:
             return ""
         try:
             self._side_prefill = UnrepackedPrefill(self._lib, self.path, n_ctx, self.n_batch, threads)

@@ -139,6 +139,16 @@ def gpu_layers(lib, asked: int | None) -> int:
     return ALL_LAYERS if asked < 0 else asked
 
 
+def context_params(lib, n_ctx: int, n_batch: int, n_seq_max: int, threads: int):
+    """llama.cpp's default context parameters with the ones every localspec context sets: its size, one batch
+    size for both the logical and the physical batch, its sequences and threads, no perf counters."""
+    cparams = lib.llama_context_default_params()
+    cparams.n_ctx, cparams.n_batch, cparams.n_ubatch, cparams.n_seq_max = n_ctx, n_batch, n_batch, n_seq_max
+    cparams.n_threads = cparams.n_threads_batch = threads
+    cparams.no_perf = True
+    return cparams
+
+
 def seq_state(lib, ctx):
     """Sequence 0's state of a context (its cache), as a ctypes byte array copied out of llama.cpp."""
     size = lib.llama_state_seq_get_size(ctx, 0)

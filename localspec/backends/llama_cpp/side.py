@@ -32,13 +32,10 @@ def side_metadata(path, arch: str, what: str, how: str) -> tuple:
 def side_params(target, n_ctx: int, n_seq_max: int = 1, mtp: bool = True):
     """Context parameters of a side context beside ``target``: its batch and threads, ``ctx_other`` = the
     target's context, of type MTP unless ``mtp`` is False."""
+    from localspec.backends.llama_cpp.capi import context_params
+
     lib = target._lib
-    cparams = lib.llama_context_default_params()
-    cparams.n_ctx = n_ctx
-    cparams.n_batch = cparams.n_ubatch = target.n_batch
-    cparams.n_seq_max = n_seq_max
-    cparams.n_threads = cparams.n_threads_batch = target.n_threads
-    cparams.no_perf = True
+    cparams = context_params(lib, n_ctx, target.n_batch, n_seq_max, target.n_threads)
     if mtp:
         cparams.ctx_type = lib.LLAMA_CONTEXT_TYPE_MTP
     cparams.ctx_other = target._ctx

@@ -21,7 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from localspec.backends.llama_cpp.capi import fill_batch, free, last_error, load_failed, seq_state, set_seq_state
+from localspec.backends.llama_cpp.capi import (
+    context_params,
+    fill_batch,
+    free,
+    last_error,
+    load_failed,
+    seq_state,
+    set_seq_state,
+)
 from localspec.errors import ModelError
 from localspec.types import common_prefix
 
@@ -36,6 +44,15 @@ MIN_CTX = 1024  # ...and is made only where at least this many tokens fit
 MAX_CTX = 16384  # ...and holds at most this many (a bigger one took 2-3 s more to load, at 32768, on a 2-core EPYC)
 
 
+def prefill_ctx(main_ctx: int, kv_bytes_per_token: int, available: int | None) -> int:
+    """The second context's size beside a main context of ``main_ctx`` tokens: as large, at most MAX_CTX, its cache
+    in SHARE of the ``available`` memory (unknown: not bounded by it); 0 where fewer than MIN_CTX tokens (and
+    fewer than the main context's) fit."""
+    fits = int(SHARE * available // kv_bytes_per_token) if available and kv_bytes_per_token > 0 else main_ctx
+    n_ctx = min(main_ctx, MAX_CTX, fits // 256 * 256)
+    return 0 if n_ctx < MIN_CTX and n_ctx < main_ctx else n_ctx
+
+
 class UnrepackedPrefill:
     """The model loaded again as in its file, and a context that prefills prompts for the main one."""
 
@@ -46,11 +63,8 @@ class UnrepackedPrefill:
         self._model = lib.llama_model_load_from_file(str(path).encode(), mparams)
         if not self._model:
             raise load_failed(path)
-        cparams = lib.llama_context_default_params()
-        cparams.n_ctx, cparams.n_batch, cparams.n_ubatch = n_ctx, n_batch, n_batch
-        cparams.n_seq_max, cparams.kv_unified = 1, True
-        cparams.n_threads = cparams.n_threads_batch = threads
-        cparams.no_perf = True
+        cparams = context_params(lib, n_ctx, n_batch, 1, threads)
+        cparams.kv_unified = True  # as the main context's cache: the sequence's state is copied between them
         self._ctx = lib.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             self.close()
@@ -70,9 +84,8 @@ class UnrepackedPrefill:
         sequence's state for the main context (capi.seq_state)."""
         lib = self._lib
         keep = common_prefix(self.tokens, cached)
-        self._cut(keep)
+        self._cut(keep if keep == len(cached) else 0)
         if keep < len(cached):  # the main context holds what this one lacks (an answer decoded there)
-            self._cut(0)
             if not set_seq_state(lib, self._ctx, seq_state(lib, main_ctx)):
                 self._cut(0)
                 raise ModelError("llama.cpp could not copy the cache into the prefill context")

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from localspec.backends.llama_cpp.backend import LlamaCppBackend
-from localspec.backends.llama_cpp.unrepacked_prefill import COPY_RATIO, MIN_TOKENS, UnrepackedPrefill
+from localspec.backends.llama_cpp.unrepacked_prefill import (
+    COPY_RATIO,
+    MAX_CTX,
+    MIN_TOKENS,
+    SHARE,
+    UnrepackedPrefill,
+    prefill_ctx,
+)
 from localspec.drafters.base import NoDrafter
 from localspec.drafters.suffix.drafter import SuffixDrafter, SuffixOptions
 from localspec.engine.loop import generate
@@ -157,3 +164,13 @@ def test_a_second_load_that_fails_leaves_the_model_loaded_prefilling_here(smollm
         assert b._side_prefill is None and "prefilled" not in b.info.placement
         prompt = chat(b, [{"role": "user", "content": TEXT}])
         assert len(generate(b, NoDrafter(), prompt, GREEDY, max_tokens=4).tokens) == 4
+
+
+def test_the_second_context_is_sized_by_the_main_one_the_cap_and_free_memory():
+    per_token = 28_672  # Qwen2.5-1.5B's keys and values, f16
+    assert prefill_ctx(32_768, per_token, 20 * 2**30) == MAX_CTX
+    assert prefill_ctx(8_192, per_token, 20 * 2**30) == 8_192
+    assert prefill_ctx(8_192, per_token, None) == 8_192  # memory unknown: not bounded by it
+    assert prefill_ctx(8_192, per_token, 2**30) == int(SHARE * 2**30 // per_token) // 256 * 256
+    assert prefill_ctx(8_192, per_token, 100 * 2**20) == 0  # fewer than MIN_CTX tokens fit
+    assert prefill_ctx(512, per_token, 20 * 2**30) == 512  # a small main context: as small

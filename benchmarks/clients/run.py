@@ -90,29 +90,52 @@ def fronted(systems: list[str], model: Path, folder: Path, peer_bin: str | None,
 
 def agent(args, work: Path, captured: list) -> dict:
     """Each run of the task on fresh servers (a user's first task: nothing learned from an earlier run), both
-    systems up at once, the order rotating between runs."""
+    systems up at once, the order rotating between runs. ``--keep-servers``: both servers started once and kept
+    up for every run, as a user's agent session goes on (whole and diff alternating: the prompt states, the
+    suffix cache and the n-gram pool carry over from run to run)."""
     env = venvs.client_env("aider", aider_task.REQUIREMENT)
     runs, systems = [], args.systems
-    for repeat in range(args.repeats):
-        for edit_format in args.formats:
-            order = systems if (repeat + args.formats.index(edit_format)) % 2 == 0 else systems[::-1]
+    version = venvs.version(env, "aider-chat")
+
+    def one(proxies: dict, order: list[str], folder: Path, edit_format: str, repeat: int) -> None:
+        for system in order:
+            label = {"client": "aider", "version": version, "system": system, "edit_format": edit_format}
+            proxies[system].label = label
+            done = len(proxies[system].requests)
+            repo = aider_task.make_repo(folder / f"repo-{system}-{edit_format}-{repeat}")
+            result = aider_task.run(env, repo, proxies[system].url + "/v1", MODEL_NAME, edit_format)
+            figures = server_figures(proxies[system].requests[done:])
+            runs.append({"system": system, "repeat": repeat, **result, "server": figures})
+            line = f"aider {edit_format:5s} r{repeat} {system:12s} {result['wall_s']:7.1f} s ok={result['ok']}"
+            print(line, file=sys.stderr)
+
+    def rotation():
+        for repeat in range(args.repeats):
+            for edit_format in args.formats:
+                flip = (repeat + args.formats.index(edit_format)) % 2
+                yield repeat, edit_format, systems[::-1] if flip else systems
+
+    if args.keep_servers:
+        with fronted(systems, Path(args.model), work / "aider-kept", args.llama_server, captured) as proxies:
+            for repeat, edit_format, order in rotation():
+                one(proxies, order, work / "aider-kept", edit_format, repeat)
+    else:
+        for repeat, edit_format, order in rotation():
             folder = work / f"aider-{edit_format}-{repeat}"
             with fronted(order, Path(args.model), folder, args.llama_server, captured) as proxies:
-                for system in order:
-                    proxies[system].label = {
-                        "client": "aider",
-                        "version": venvs.version(env, "aider-chat"),
-                        "system": system,
-                        "edit_format": edit_format,
-                    }
-                    repo = aider_task.make_repo(folder / f"repo-{system}")
-                    result = aider_task.run(env, repo, proxies[system].url + "/v1", MODEL_NAME, edit_format)
-                    figures = server_figures(proxies[system].requests)
-                    runs.append({"system": system, "repeat": repeat, **result, "server": figures})
-                    line = f"aider {edit_format:5s} r{repeat} {system:12s} {result['wall_s']:7.1f} s ok={result['ok']}"
-                    print(line, file=sys.stderr)
+                one(proxies, order, folder, edit_format, repeat)
+    return {
+        "version": version,
+        "servers": "kept up for every run" if args.keep_servers else "fresh for every run",
+        "runs": runs,
+        "summary": summarize(runs, args.formats, systems),
+    }
+
+
+def summarize(runs: list[dict], formats: list[str], systems: list[str]) -> dict:
+    """Per edit format: each system's median wall time and runs that worked, localspec over llama-server."""
     summary = {}
-    for edit_format in args.formats:
+    for edit_format in formats:
         mine = [r for r in runs if r["edit_format"] == edit_format]
         walls = {s: [r["wall_s"] for r in mine if r["system"] == s] for s in systems}
         row = {f"{s}_median_s": median(w) for s, w in walls.items()}
@@ -124,7 +147,7 @@ def agent(args, work: Path, captured: list) -> dict:
             if {family, f"{family}-plain"} <= set(systems):
                 row[f"{family}_to_own_plain"] = round(median(walls[family]) / median(walls[f"{family}-plain"]), 3)
         summary[edit_format] = row
-    return {"version": venvs.version(env, "aider-chat"), "runs": runs, "summary": summary}
+    return summary
 
 
 def main() -> int:
@@ -134,6 +157,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--formats", default="whole,diff")
     ap.add_argument("--systems", default="localspec,llama-server", help=f"aider's servers, of {', '.join(SYSTEMS)}")
+    ap.add_argument("--keep-servers", action="store_true", help="aider: start both servers once, keep them up")
     ap.add_argument("--llama-server", default=str(PEER_BIN) if PEER_BIN.is_dir() else None)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / f"clients-{MODEL_NAME}-{date.today()}.json"))
     ap.add_argument("--bodies", default=str(ROOT / "tests" / "apps" / "server" / "clients"))
@@ -188,7 +212,7 @@ def server_figures(records: list[dict]) -> dict:
     timings = [r["timings"] for r in records if r.get("timings")]
     total = {
         k: sum(t.get(k, 0) for t in timings)
-        for k in ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "draft_n", "draft_n_accepted")
+        for k in ("prompt_n", "cache_n", "prompt_ms", "predicted_n", "predicted_ms", "draft_n", "draft_n_accepted")
     }
     total["requests"] = len(records)
     total["decode_tok_s"] = (

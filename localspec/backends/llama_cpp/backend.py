@@ -358,7 +358,7 @@ class LlamaCppBackend(Backend):
                 point.drop()
 
     def save_state(self):
-        """A ctypes byte array (bytes-like; copied once, out of llama.cpp)."""
+        """A bytearray (copied once, out of llama.cpp)."""
         return seq_state(self._lib, self._ctx)
 
     def load_state(self, tokens: Sequence[int], state) -> None:

@@ -58,6 +58,7 @@ class UnrepackedPrefill:
 
     def __init__(self, lib, path, n_ctx: int, n_batch: int, threads: int) -> None:
         self._lib, self._ctx, self._model, self._batch = lib, None, None, None
+        self._scratch: list = [None]  # the buffer each copy between the two contexts goes through (capi.seq_state)
         mparams = lib.llama_model_default_params()
         mparams.n_gpu_layers, mparams.use_extra_bufts = 0, False
         self._model = lib.llama_model_load_from_file(str(path).encode(), mparams)
@@ -81,12 +82,13 @@ class UnrepackedPrefill:
 
     def prefill(self, main_ctx, cached: Sequence[int], tokens: Sequence[int], progress=None):
         """Prefill ``tokens`` after ``cached`` (what the main context ``main_ctx`` holds in sequence 0); the
-        sequence's state for the main context (capi.seq_state)."""
+        sequence's state for the main context (capi.seq_state: in this object's scratch buffer, valid until its
+        next copy)."""
         lib = self._lib
         keep = common_prefix(self.tokens, cached)
         self._cut(keep if keep == len(cached) else 0)
         if keep < len(cached):  # the main context holds what this one lacks (an answer decoded there)
-            if not set_seq_state(lib, self._ctx, seq_state(lib, main_ctx)):
+            if not set_seq_state(lib, self._ctx, seq_state(lib, main_ctx, self._scratch)):
                 self._cut(0)
                 raise ModelError("llama.cpp could not copy the cache into the prefill context")
             self.tokens = [int(t) for t in cached]
@@ -103,7 +105,7 @@ class UnrepackedPrefill:
             done += len(chunk)
             if progress is not None:
                 progress(done, len(tokens))
-        return seq_state(lib, self._ctx)
+        return seq_state(lib, self._ctx, self._scratch)
 
     def _cut(self, keep: int) -> None:
         self._lib.llama_memory_seq_rm(self._mem, 0, keep, -1)
@@ -113,4 +115,5 @@ class UnrepackedPrefill:
         if self._batch is not None:
             self._lib.llama_batch_free(self._batch)
             self._batch = None
+        self._scratch = [None]
         free(self)

@@ -174,3 +174,33 @@ def test_the_second_context_is_sized_by_the_main_one_the_cap_and_free_memory():
     assert prefill_ctx(8_192, per_token, 2**30) == int(SHARE * 2**30 // per_token) // 256 * 256
     assert prefill_ctx(8_192, per_token, 100 * 2**20) == 0  # fewer than MIN_CTX tokens fit
     assert prefill_ctx(512, per_token, 20 * 2**30) == 512  # a small main context: as small
+
+
+def test_copies_between_the_contexts_reuse_one_buffer_and_load_back_exactly(pair):
+    """capi.seq_state with a scratch buffer: a copy no larger than the last one lands in the same memory, a
+    larger one grows it, and what it holds loads back into a context as the cache it was copied from."""
+    from localspec.backends.llama_cpp.capi import seq_state, set_seq_state
+
+    _, plain = pair
+    tokens = chat(plain, [{"role": "user", "content": TEXT * 3}])
+    plain.truncate(0)
+    plain.prefill(tokens[:-1])
+    want = plain.forward([tokens[-1]]).rows.numpy().copy()
+    scratch = [None]
+    plain.truncate(40)
+    small = seq_state(plain._lib, plain._ctx, scratch)
+    first = scratch[0]
+    plain.truncate(0)
+    plain.prefill(tokens[:-1])
+    big = seq_state(plain._lib, plain._ctx, scratch)
+    assert big.size > small.size and scratch[0] is not first and scratch[0].size >= big.size
+    grown = scratch[0]
+    plain.truncate(40)
+    again = seq_state(plain._lib, plain._ctx, scratch)
+    assert scratch[0] is grown and again.ctypes.data == grown.ctypes.data and again.size == small.size
+    plain.prefill(tokens[40:-1])
+    big = seq_state(plain._lib, plain._ctx, scratch)
+    plain.truncate(0)
+    assert set_seq_state(plain._lib, plain._ctx, bytes(big))  # any bytes-like copy loads, read in place
+    plain.load_state(tokens[:-1], big)
+    assert np.array_equal(plain.forward([tokens[-1]]).rows.numpy(), want)

@@ -12,7 +12,10 @@ proposal's correct tokens that makes the most tokens per second of that window (
 same drafter, the same curve: the gap between the two is what a better controller could still win.
 
     .venv/bin/python benchmarks/controller_replay.py --costs ~/.cache/localspec/costs/FILE.json \\
-        [--model GGUF] [--out benchmarks/results/controller-replay-qwen2.5-coder-1.5b-DATE.json]
+        [--model GGUF] [--answers FILE.jsonl] [--out benchmarks/results/controller-replay-qwen2.5-coder-1.5b-DATE.json]
+
+``--answers benchmarks/results/answers-fim-qwen2.5-coder-1.5b.jsonl`` replays the editor-autocomplete completions
+(recorded by ``record_answers.py --fim``).
 """
 
 from __future__ import annotations
@@ -38,13 +41,16 @@ MODEL = Path.home() / ".cache/localspec-bench-models/qwen2.5-coder-1.5b-instruct
 
 def cases(tokenizer: LlamaVocab, path: Path) -> list[dict]:
     """Each recorded conversation: the prompt (all messages but the last answer, the model's own template) and
-    the answer's tokens."""
+    the answer's tokens; or a record of token ids as they were (``record_answers.py --fim``)."""
     out = []
     for line in path.read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
-        *asked, answer = record["messages"]
-        prompt = tokenizer.template_tokens(tokenizer.chat_text(asked))
-        answer_tokens = tokenizer.tokenize(answer["content"])
+        if "prompt_tokens" in record:
+            prompt, answer_tokens = record["prompt_tokens"], record["answer_tokens"]
+        else:
+            *asked, answer = record["messages"]
+            prompt = tokenizer.template_tokens(tokenizer.chat_text(asked))
+            answer_tokens = tokenizer.tokenize(answer["content"])
         out.append({"id": record["id"], "kind": record["kind"], "prompt": prompt, "answer": answer_tokens})
     return out
 

@@ -49,6 +49,7 @@ SYSTEMS = {  # name -> (family, localspec serve flags | llama-server spec type)
 }
 MODULES = ["textwrap.py", "shlex.py", "fnmatch.py", "tabnanny.py", "csv.py", "getopt.py", "glob.py", "bisect.py"]
 PREFIX_LINES, SUFFIX_LINES, EXTRA_LINES, N_PREDICT = 48, 16, 40, 64
+FILES, CURSORS = 5, 6  # the default workload: 30 completions
 SERVER_BATCH = 2048  # llama-server's default -b: its /infill window
 
 
@@ -137,8 +138,8 @@ def summarize(rows: list[dict], systems: list[str]) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=DEFAULT_MODEL, help="a .gguf path or a models.toml name")
-    ap.add_argument("--files", type=int, default=5)
-    ap.add_argument("--cursors", type=int, default=6)
+    ap.add_argument("--files", type=int, default=FILES)
+    ap.add_argument("--cursors", type=int, default=CURSORS)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)

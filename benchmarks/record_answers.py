@@ -1,6 +1,9 @@
 """Record the target's greedy answers to a workload, as JSONL that `localspec simulate` replays.
 
 python benchmarks/record_answers.py --model PATH.gguf --out benchmarks/results/answers-NAME.jsonl
+
+``--fim``: the editor-autocomplete workload of benchmarks/fim.py instead (its `/infill` requests, prompts built as
+`serve` builds them), each record the prompt's and the answer's token ids (what controller_replay.py replays).
 """
 
 from __future__ import annotations
@@ -27,8 +30,11 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--workload", type=Path, default=DEFAULT_WORKLOAD)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--fim", action="store_true", help="the /infill workload of benchmarks/fim.py (token ids)")
     args = ap.parse_args()
     _, path = resolve_model(args.model)
+    if args.fim:
+        return record_fim(path, args.out)
     with LlamaCppBackend(path, n_ctx=4096) as backend, args.out.open("w") as out:
         for case in load_cases(args.workload):
             conv = Conversation()
@@ -38,6 +44,24 @@ def main() -> None:
             messages = case["messages"] + [{"role": "assistant", "content": done.text}]
             out.write(json.dumps({"id": case["id"], "kind": case["kind"], "messages": messages}) + "\n")
             print(case["id"], len(done.tokens), flush=True)
+
+
+def record_fim(path: Path, out_path: Path) -> None:
+    import fim
+
+    from localspec.chat.fim import Infill, infill_tokens
+
+    with LlamaCppBackend(path, n_ctx=8192) as backend, out_path.open("w") as out:
+        tokenizer = backend.tokenizer
+        bos = tokenizer.bos_token if tokenizer.add_bos else None
+        for request in fim.workload(fim.FILES, fim.CURSORS):
+            extra = tuple((e["filename"], e["text"]) for e in request["input_extra"])
+            infill = Infill(request["input_prefix"], request["input_suffix"], extra)
+            prompt = infill_tokens(infill, tokenizer.fim_tokens(), tokenizer.tokenize, 8192, fim.N_PREDICT, bos)
+            done = generate(backend, NoDrafter(), prompt, SamplingParams(temperature=0), max_tokens=fim.N_PREDICT)
+            record = {"id": request["id"], "kind": "fim", "prompt_tokens": prompt, "answer_tokens": done.tokens}
+            out.write(json.dumps(record) + "\n")
+            print(request["id"], len(done.tokens), flush=True)
 
 
 if __name__ == "__main__":

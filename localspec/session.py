@@ -165,6 +165,11 @@ class Session:
             self.states = PromptStates(self.backend, budget_bytes)
         return self
 
+    def idle(self) -> None:
+        """The server has no request waiting: save the live conversation's state now (PromptStates.keep_live)."""
+        if self.states is not None:
+            self.states.keep_live(self.drafter)
+
     def _stream(
         self, prompt, sampling, max_tokens, stop, rng, on_prefill, logprobs=None, grammar=None
     ) -> Iterator[TokenEvent]:

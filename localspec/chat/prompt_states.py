@@ -84,6 +84,13 @@ class PromptStates:
             self._keep(live, drafter)
         return live_reuse
 
+    def keep_live(self, drafter: Drafter | None = None) -> None:
+        """Save the live conversation now, while the server waits (worker.py): a next request that cuts it then
+        finds it saved and starts at once, instead of waiting for the copy (~20 ms for 1,200 tokens of a 1.5B
+        model; where the memory is new to the process, as on a VM whose host backs pages on first touch, ~0.1 s).
+        A next request that continues it makes this copy redundant: it is dropped when a longer one is kept."""
+        self._keep(self.backend.cached_tokens, drafter)
+
     def _keep(self, tokens: tuple[int, ...], drafter: Drafter | None) -> None:
         if len(tokens) < MIN_TOKENS or self.budget <= 0:
             return

@@ -52,3 +52,15 @@ def test_a_copy_is_faster_than_plain_and_the_oracle_no_slower(replay):
         assert run[name]["tokens"] == len(cases[0 if name == "first" else 1]["answer"])
         assert run[name]["speedup"] > 1.5, run[name]
         assert best[name]["seconds"] <= run[name]["seconds"] * 1.01, (best[name], run[name])
+
+
+def test_recorded_token_ids_are_replayed_as_they_were(replay, tmp_path):
+    """A record of token ids (record_answers.py --fim) is read as is; a chat record through the template."""
+    path = tmp_path / "answers.jsonl"
+    path.write_text('{"id": "a", "kind": "fim", "prompt_tokens": [5, 6, 7], "answer_tokens": [8, 9]}\n')
+
+    class NoVocab:
+        def __getattr__(self, name):
+            raise AssertionError(f"token ids need no tokenizer ({name})")
+
+    assert replay.cases(NoVocab(), path) == [{"id": "a", "kind": "fim", "prompt": [5, 6, 7], "answer": [8, 9]}]

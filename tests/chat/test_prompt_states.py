@@ -69,3 +69,32 @@ def test_alternating_prompts_that_share_a_prefix_keep_both_tails():
     assert run(states, whole + [7]) == 1  # all of the whole-format conversation is still held
     assert run(states, commit) == 0
     assert run(states, diff + [7]) == 1
+
+
+class Counting(Snapshotting):
+    saves = 0
+
+    def save_state(self) -> bytes:
+        self.saves += 1
+        return super().save_state()
+
+
+def test_a_state_saved_while_idle_spares_the_next_request_its_copy():
+    """keep_live (the server between requests): a request that cuts the conversation then copies nothing
+    before its prefill, and the conversation is still there to come back to; a request that continues it makes
+    the idle copy redundant, and it goes when a longer state of the conversation is kept."""
+    backend = Counting(vocab_size=300)
+    states = PromptStates(backend, budget_bytes=10**6)
+    first, other = conversation(1), conversation(2)
+    run(states, first)
+    states.keep_live()
+    assert backend.saves == 1 and states.saved[-1].tokens == tuple(first[:-1])
+    states.keep_live()  # nothing new to save
+    assert backend.saves == 1
+    assert run(states, other) == len(other) - 1 and backend.saves == 1  # the cut found it saved: no copy now
+    assert run(states, first + [7, 8]) == 2  # and it comes back from the saved state
+    states.keep_live()
+    longer = first + [7, 8, 9, 10]
+    assert run(states, longer) == 2  # continues the live conversation: the idle copy was not needed
+    run(states, other + [5])  # cuts it: the longer state is kept and the idle copy, its prefix, goes
+    assert [s.tokens for s in states.saved if s.tokens[0] == 1] == [tuple(longer[:-1])]

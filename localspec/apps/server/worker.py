@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +22,9 @@ from localspec.apps.server.replies import token_logprobs
 from localspec.session import Session
 
 QUEUE_LIMIT = 16  # requests waiting for the engine; more are refused with 503 and Retry-After
+# after an answer, this long without a request and the live conversation's state is saved (Session.idle): an agent's
+# next turn, which continues it, mostly comes sooner and needs no copy; an editor's next completion comes later
+IDLE_S = 0.25
 
 
 class Busy(Exception):
@@ -64,6 +68,7 @@ class Worker:
         self.card: dict = {}  # the model's figures for /v1/models, read on this thread once it loaded
         self.load_error: Exception | None = None
         self._running: set[Job] = set()  # touched by the engine thread; read by stop()
+        self._idle_due = False  # an answer ended since the last idle save (engine thread)
         self._thread = threading.Thread(target=self._run, name="localspec-engine", daemon=True)
 
     def start(self) -> None:
@@ -110,7 +115,7 @@ class Worker:
             return
         self._loaded.set()
         try:
-            while (job := self._jobs.get()) is not None:
+            while (job := self._next()) is not None:
                 if not self._take(job):
                     continue
                 self._running.add(job)
@@ -118,8 +123,22 @@ class Worker:
                     self._generate(job, self.session)
                 finally:
                     self._running.discard(job)
+                self._idle_due = True
         finally:
             self.session.close()
+
+    def _next(self) -> Job | None:
+        """The next job; after an answer, one IDLE_S without a job first saves the conversation (Session.idle)."""
+        if self._idle_due:
+            self._idle_due = False
+            try:
+                return self._jobs.get(timeout=IDLE_S)
+            except queue.Empty:
+                try:
+                    self.session.idle()
+                except Exception as exc:  # a copy llama.cpp refused: the next request prefills what it needs
+                    print(f"localspec: the conversation's state was not saved: {exc}", file=sys.stderr)
+        return self._jobs.get()
 
     def _take(self, job: Job) -> bool:
         """A job leaves the queue: whether it is still wanted (its client may have left while it waited)."""

@@ -418,3 +418,30 @@ def test_a_tool_round_trip_on_the_real_model(smollm):
 def test_only_loopback_binds_without_a_key():
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5")
+
+
+@pytest.mark.parametrize("idle_s,requests,saved", [(0.05, 1, 1), (60.0, 2, 0)])
+def test_the_engine_saves_the_conversation_once_no_request_follows_an_answer(monkeypatch, idle_s, requests, saved):
+    """worker.IDLE_S after an answer with nothing queued, the engine thread saves the live conversation
+    (Session.idle), once however long it then waits; requests that come sooner do not wait for a save."""
+    from localspec.apps.server import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "IDLE_S", idle_s)
+    calls = []
+
+    def session():
+        made = scripted_session()
+        made.idle = lambda: calls.append(threading.current_thread().name)
+        return made
+
+    worker, running = serve(session, "scripted")
+    try:
+        client = running.client()
+        message = [{"role": "user", "content": "abc"}]
+        for _ in range(requests):
+            client.chat.completions.create(model="scripted", messages=message, max_tokens=4)
+        time.sleep(0.5)
+        assert calls == ["localspec-engine"] * saved  # on the engine thread
+    finally:
+        running.stop()
+        worker.stop()

@@ -57,6 +57,7 @@ class PromptStates:
         self.backend, self.budget = backend, budget_bytes
         self.saved: list[Saved] = []  # oldest first
         self.loads = 0  # saved states loaded back
+        self.cutting = False  # the last request left the live conversation (prepare)
 
     @property
     def bytes(self) -> int:
@@ -70,7 +71,10 @@ class PromptStates:
         live_reuse = common_prefix(live, prefix)
         reuses = [(common_prefix(s.tokens, prefix), s) for s in self.saved]
         best_reuse, best = max(reuses, key=lambda pair: pair[0], default=(0, None))
+        # a request that leaves the live conversation says the next may too: keep_live saves ahead of it
+        self.cutting = len(live) - live_reuse >= MIN_TOKENS
         if best is not None and best_reuse >= live_reuse + MIN_TOKENS:
+            self.cutting = True
             self._keep(live, drafter)
             self.saved.remove(best)
             if len(best.tokens) - best_reuse >= MIN_TOKENS:  # the prompt leaves it early: it stays saved, newest
@@ -80,16 +84,19 @@ class PromptStates:
                 drafter.state = best.drafter_state if best.drafter is drafter else None
             self.loads += 1
             return best_reuse
-        if len(live) - live_reuse >= MIN_TOKENS:  # this request cuts the live conversation: keep it
+        if self.cutting:  # this request cuts the live conversation: keep it
             self._keep(live, drafter)
         return live_reuse
 
     def keep_live(self, drafter: Drafter | None = None) -> None:
-        """Save the live conversation now, while the server waits (worker.py): a next request that cuts it then
-        finds it saved and starts at once, instead of waiting for the copy (~20 ms for 1,200 tokens of a 1.5B
-        model; where the memory is new to the process, as on a VM whose host backs pages on first touch, ~0.1 s).
-        A next request that continues it makes this copy redundant: it is dropped when a longer one is kept."""
-        self._keep(self.backend.cached_tokens, drafter)
+        """Save the live conversation now, while the server waits (worker.py), where the last request left the
+        conversation before it (an editor's completions, clients taking turns): a next request that cuts it too
+        then finds it saved and starts at once, instead of waiting for the copy (~20 ms for 1,200 tokens of a
+        1.5B model; where the memory is new to the process, as on a VM whose host backs pages on first touch,
+        ~0.1 s). Where the last request continued the conversation (a chat, an agent's loop), the next most
+        likely does too and needs no copy: nothing is saved."""
+        if self.cutting:
+            self._keep(self.backend.cached_tokens, drafter)
 
     def _keep(self, tokens: tuple[int, ...], drafter: Drafter | None) -> None:
         if len(tokens) < MIN_TOKENS or self.budget <= 0:

@@ -80,21 +80,28 @@ class Counting(Snapshotting):
 
 
 def test_a_state_saved_while_idle_spares_the_next_request_its_copy():
-    """keep_live (the server between requests): a request that cuts the conversation then copies nothing
-    before its prefill, and the conversation is still there to come back to; a request that continues it makes
-    the idle copy redundant, and it goes when a longer state of the conversation is kept."""
+    """keep_live (the server between requests), where the last request left the conversation before it: a next
+    request that cuts the live one then copies nothing before its prefill, and it is still there to come back
+    to. Where the last request continued the conversation, nothing is saved ahead; a copy made redundant by a
+    conversation that went on goes when a longer state of it is kept."""
     backend = Counting(vocab_size=300)
     states = PromptStates(backend, budget_bytes=10**6)
     first, other = conversation(1), conversation(2)
     run(states, first)
     states.keep_live()
-    assert backend.saves == 1 and states.saved[-1].tokens == tuple(first[:-1])
-    states.keep_live()  # nothing new to save
+    assert backend.saves == 0  # the first request cut nothing: no sign that the next one will
+    run(states, other)  # cuts the first conversation: saved now, before the prefill
     assert backend.saves == 1
-    assert run(states, other) == len(other) - 1 and backend.saves == 1  # the cut found it saved: no copy now
-    assert run(states, first + [7, 8]) == 2  # and it comes back from the saved state
     states.keep_live()
+    assert backend.saves == 2 and states.saved[-1].tokens == tuple(other[:-1])
+    states.keep_live()  # nothing new to save
+    assert backend.saves == 2
+    assert run(states, first + [7, 8]) == 2 and backend.saves == 2  # back to the first: no copy before it
+    states.keep_live()
+    assert backend.saves == 3
     longer = first + [7, 8, 9, 10]
     assert run(states, longer) == 2  # continues the live conversation: the idle copy was not needed
+    states.keep_live()
+    assert backend.saves == 3  # and after a request that continued, nothing is saved ahead
     run(states, other + [5])  # cuts it: the longer state is kept and the idle copy, its prefix, goes
     assert [s.tokens for s in states.saved if s.tokens[0] == 1] == [tuple(longer[:-1])]

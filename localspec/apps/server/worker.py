@@ -22,8 +22,8 @@ from localspec.apps.server.replies import token_logprobs
 from localspec.session import Session
 
 QUEUE_LIMIT = 16  # requests waiting for the engine; more are refused with 503 and Retry-After
-# after an answer, this long without a request and the live conversation's state is saved (Session.idle): an agent's
-# next turn, which continues it, mostly comes sooner and needs no copy; an editor's next completion comes later
+# after an answer, this long without a request and the live conversation's state is saved where the request left
+# the one before it (Session.idle, PromptStates.keep_live): an editor's next completion comes later than this
 IDLE_S = 0.25
 
 

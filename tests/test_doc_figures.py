@@ -80,14 +80,14 @@ def fim_against_ngram_simple(name: str, text: str):
 
 def agent_loop_runs() -> str:
     cells = []
-    for name in (
-        "agent-loop-qwen2.5-coder-1.5b-t0-run1-2026-12-08.json",
-        "agent-loop-qwen2.5-coder-1.5b-t0-2026-12-08.json",
-    ):
-        summary = load(name)["summary"]
+    for run in ("t0-run1", "t0", "t0.8"):
+        summary = load(f"agent-loop-qwen2.5-coder-1.5b-{run}-2026-12-08.json")["summary"]
         mine, peer = summary["localspec-suffix"]["e2e_s_r2plus"], summary["server-ngram-mod"]["e2e_s_r2plus"]
         cells.append(f"{mine:.2f} against {peer:.2f} s ({mine / peer:.2f}×")
-    return cells[0] + ": **missed**) and " + cells[1]
+    return (
+        f"{cells[0]}: **missed**) and {cells[1]}: reached in that run, whose second repeat found the first's "
+        f"conversation states saved), and at T = 0.8 {cells[2]}: **missed**)"
+    )
 
 
 def json_layout() -> str:
@@ -174,7 +174,12 @@ def aider_kept() -> str:
 
 
 FIGURES = [
-    ("README.md", "10.13 against 9.17 s (1.11×: **missed**) and 7.78 against 8.70 s (0.89×", agent_loop_runs),
+    (
+        "README.md",
+        "10.13 against 9.17 s (1.11×: **missed**) and 7.78 against 8.70 s (0.89×: reached in that run, whose second "
+        "repeat found the first's conversation states saved), and at T = 0.8 10.24 against 10.31 s (0.99×: **missed**)",
+        agent_loop_runs,
+    ),
     (
         "README.md",
         "took a median 25.1 s against llama-server's 21.9 s with whole-file edits (1.15×",

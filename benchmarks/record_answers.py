@@ -49,15 +49,15 @@ def main() -> None:
 def record_fim(path: Path, out_path: Path) -> None:
     import fim
 
-    from localspec.chat.fim import Infill, infill_tokens
+    from localspec.apps.server.requests import parse_infill
+    from localspec.chat.model_text import ModelText
 
     with LlamaCppBackend(path, n_ctx=8192) as backend, out_path.open("w") as out:
-        tokenizer = backend.tokenizer
-        bos = tokenizer.bos_token if tokenizer.add_bos else None
+        text = ModelText(backend, path.name, fim.N_PREDICT)
         for request in fim.workload(fim.FILES, fim.CURSORS):
-            extra = tuple((e["filename"], e["text"]) for e in request["input_extra"])
-            infill = Infill(request["input_prefix"], request["input_suffix"], extra)
-            prompt = infill_tokens(infill, tokenizer.fim_tokens(), tokenizer.tokenize, 8192, fim.N_PREDICT, bos)
+            fields = {k: request[k] for k in ("input_prefix", "input_suffix", "input_extra")}
+            infill = parse_infill({**fields, "n_predict": fim.N_PREDICT}).infill  # as `serve` reads /infill
+            prompt = text.infill_prompt(infill, fim.N_PREDICT)
             done = generate(backend, NoDrafter(), prompt, SamplingParams(temperature=0), max_tokens=fim.N_PREDICT)
             record = {"id": request["id"], "kind": "fim", "prompt_tokens": prompt, "answer_tokens": done.tokens}
             out.write(json.dumps(record) + "\n")
